@@ -1,0 +1,76 @@
+"""Checkpoints: written atomically, read without unpickling arbitrary objects.
+
+A checkpoint is one torch.save'd dictionary of tensors and plain values (numbers, strings, lists,
+dicts), so torch.load(weights_only=True) opens it and a file crafted to run code is refused. It holds
+everything to evaluate (weights, config, normalisation statistics, task, reference scores) and to
+resume (optimizer, scheduler, sampler and RNG states, step).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from primal_dt.errors import CheckpointError
+
+FORMAT = "primal-dt-checkpoint"
+VERSION = 1
+CHECKPOINT_NAME = "ckpt.pt"
+REQUIRED_KEYS = ("step", "config", "task", "dims", "state_mean", "state_std", "model")
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Write to a temporary file in the same folder, flush it to disk, then rename over path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as tmp:
+            torch.save({"format": FORMAT, "version": VERSION, **payload}, tmp)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def checkpoint_path(path: str | Path) -> Path:
+    """A checkpoint file, or a run directory's latest checkpoint."""
+    path = Path(path)
+    if path.is_dir():
+        candidate = path / CHECKPOINT_NAME
+        if not candidate.is_file():
+            raise CheckpointError(
+                f"{path} is not a primal-dt run directory: it has no {CHECKPOINT_NAME}"
+            )
+        return candidate
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and check a checkpoint; any problem is one CheckpointError naming the file."""
+    path = checkpoint_path(path)
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"{path} is not a loadable primal-dt checkpoint (corrupt, truncated, or holding "
+            f"objects other than tensors and plain values): {reason}"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a primal-dt checkpoint (no '{FORMAT}' marker)")
+    if payload.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path} has checkpoint version {payload.get('version')}, this primal-dt reads {VERSION}"
+        )
+    missing = [key for key in REQUIRED_KEYS if key not in payload]
+    if missing:
+        raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
+    return payload

@@ -1,0 +1,252 @@
+"""Training configuration as data: TOML files read into typed dataclasses, overridable by key=value.
+
+A configuration file has the sections [model], [train], [eval] and [data]; any key left out keeps
+the default below (the Decision Transformer paper's settings). `--set section.key=value` overrides a
+single value, parsed as a TOML value (so `--set model.primal_blocks=[0,2]` and
+`--set train.lr=3e-4` both work). Unknown keys, wrong types and out-of-range values are refused with
+a message that names the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from primal_dt.errors import ConfigError
+from primal_dt.resources import resource_dir
+
+PRIMAL_BLOCK_CHOICES = ("none", "last", "all")
+
+
+@dataclass
+class ModelConfig:
+    embed_dim: int = 128
+    n_layer: int = 3
+    n_head: int = 1
+    dropout: float = 0.1
+    context_len: int = 20
+    # Which blocks use Primal-Attention: "none" (plain DT), "last" (the paper), "all", or indices.
+    primal_blocks: str | list[int] = "none"
+    primal_rank: int = 32
+
+    def primal_indices(self) -> list[int]:
+        """Indices of the transformer blocks whose attention is Primal-Attention."""
+        if self.primal_blocks == "none":
+            return []
+        if self.primal_blocks == "last":
+            return [self.n_layer - 1]
+        if self.primal_blocks == "all":
+            return list(range(self.n_layer))
+        return sorted(set(self.primal_blocks))
+
+    def validate(self) -> None:
+        _positive(self, "model", "embed_dim", "n_layer", "n_head", "context_len", "primal_rank")
+        if self.embed_dim % self.n_head:
+            raise ConfigError(
+                f"model.embed_dim ({self.embed_dim}) must be divisible by model.n_head ({self.n_head})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if isinstance(self.primal_blocks, str):
+            if self.primal_blocks not in PRIMAL_BLOCK_CHOICES:
+                raise ConfigError(
+                    f"model.primal_blocks must be one of {', '.join(PRIMAL_BLOCK_CHOICES)} "
+                    f"or a list of block indices, got {self.primal_blocks!r}"
+                )
+        elif any(not 0 <= i < self.n_layer for i in self.primal_blocks):
+            raise ConfigError(
+                f"model.primal_blocks {self.primal_blocks} has an index outside "
+                f"0..{self.n_layer - 1} (model.n_layer = {self.n_layer})"
+            )
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100_000
+    batch_size: int = 64
+    lr: float = 1e-4
+    weight_decay: float = 1e-4
+    warmup_steps: int = 10_000
+    grad_clip: float = 0.25
+    ksvd_weight: float = 0.05  # eta: weight of the KSVD loss (ignored when no block is Primal)
+    return_scale: float = 1000.0  # returns-to-go are divided by this
+    seed: int = 0
+    device: str = "auto"  # "auto" (CUDA when present), "cpu", "cuda" or "cuda:N"
+    log_every: int = 100
+    eval_every: int = 10_000  # 0 disables evaluation during training
+    ckpt_every: int = 10_000
+
+    def validate(self) -> None:
+        _positive(self, "train", "steps", "batch_size", "log_every", "ckpt_every")
+        _positive(self, "train", "lr", "return_scale", "grad_clip")
+        for name in ("weight_decay", "ksvd_weight", "warmup_steps", "eval_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ConfigError(
+                f"train.device must be auto, cpu, cuda or cuda:N, got {self.device!r}"
+            )
+
+
+@dataclass
+class EvalConfig:
+    episodes: int = 10  # episodes per target return in periodic and final evaluations
+    targets: list[float] = field(default_factory=list)  # empty: the task's targets (envs/*.toml)
+
+    def validate(self) -> None:
+        _positive(self, "eval", "episodes")
+
+
+@dataclass
+class DataConfig:
+    download: bool = True  # fetch a missing official dataset from Minari's remote (needs network)
+
+    def validate(self) -> None:
+        pass
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    # The Primal paper tunes the rank per dataset; a task listed here gets its rank unless overridden.
+    primal_rank_by_task: dict[str, int] = field(default_factory=dict)
+
+    def validate(self) -> Config:
+        for section in (self.model, self.train, self.eval, self.data):
+            section.validate()
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _positive(section: Any, prefix: str, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if value <= 0:
+            raise ConfigError(f"{prefix}.{name} must be > 0, got {value}")
+
+
+def _check_type(value: Any, hint: Any, key: str) -> Any:
+    """Return value converted to the annotated type, or raise ConfigError naming the key."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(hint):
+            try:
+                return _check_type(value, option, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{key} has the wrong type: {value!r} is not {_type_name(hint)}")
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key} must be a list of {item.__name__}, got {value!r}")
+        return [_check_type(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = typing.get_args(hint)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a table, got {value!r}")
+        return {str(k): _check_type(v, item, f"{key}.{k}") for k, v in value.items()}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and isinstance(value, bool):
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
+    if not isinstance(value, hint):
+        raise ConfigError(f"{key} must be {_type_name(hint)}, got {value!r}")
+    return value
+
+
+def _type_name(hint: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    if hint in names:
+        return names[hint]
+    return str(hint).replace("typing.", "")
+
+
+def _apply(target: Any, values: dict[str, Any], prefix: str) -> None:
+    hints = typing.get_type_hints(type(target))
+    for name, value in values.items():
+        key = f"{prefix}{name}"
+        if name not in hints:
+            known = ", ".join(f"{prefix}{n}" for n in hints)
+            raise ConfigError(f"unknown config key {key!r}; known keys: {known}")
+        current = getattr(target, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key} is a section; set its keys, e.g. {key}.<key>=<value>")
+            _apply(current, value, f"{key}.")
+        else:
+            setattr(target, name, _check_type(value, hints[name], key))
+
+
+def named_config_path(name_or_path: str) -> Path:
+    """A config given as a file path, or by name from the packaged configs/ (e.g. "dt")."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        return path
+    packaged = resource_dir("configs") / f"{name_or_path}.toml"
+    if not packaged.is_file():
+        known = sorted(p.stem for p in resource_dir("configs").glob("*.toml"))
+        raise ConfigError(f"unknown config {name_or_path!r}; use a .toml file or one of {known}")
+    return packaged
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse 'section.key=value' with a TOML value; bare words are taken as strings."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects key=value (e.g. train.lr=3e-4), got {text!r}")
+    key, raw = (part.strip() for part in text.split("=", 1))
+    if not key:
+        raise ConfigError(f"--set expects key=value (e.g. train.lr=3e-4), got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def nest(key: str, value: Any) -> dict[str, Any]:
+    """'a.b.c', v -> {'a': {'b': {'c': v}}}."""
+    result: Any = value
+    for part in reversed(key.split(".")):
+        result = {part: result}
+    return result
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    task: str | None = None,
+) -> Config:
+    """Defaults, then the TOML file, then the task's paper rank, then each --set override."""
+    config = Config()
+    if path is not None:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise ConfigError(f"cannot read config {path}: {err}") from err
+        _apply(config, data, "")
+    parsed = [parse_override(text) for text in overrides]
+    if task in config.primal_rank_by_task:
+        config.model.primal_rank = config.primal_rank_by_task[task]
+    for key, value in parsed:
+        _apply(config, nest(key, value), "")
+    return config.validate()
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Rebuild a Config saved with to_dict (checkpoints), with the same checks as a file."""
+    config = Config()
+    _apply(config, data, "")
+    return config.validate()

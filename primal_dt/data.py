@@ -1,0 +1,273 @@
+"""Minari episodes -> normalised tensors on the training device -> batches of K-step windows.
+
+Loading looks in the local Minari root first ($MINARI_DATASETS_PATH, default ~/.minari/datasets) and
+downloads only when allowed. Each episode's final observation row (Minari stores T+1) is dropped.
+Sampling follows the DT paper: a trajectory with probability proportional to its length and a
+uniform start inside it, which is the same as a start drawn uniformly over all steps; windows that
+run past the episode's end are left-padded and masked. Batches are gathered with tensor indexing
+on the device, with no per-sample Python loop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from primal_dt.errors import DatasetError
+from primal_dt.tasks import EnvInfo, Task, env_for_gym_id
+
+
+@dataclass(frozen=True)
+class ReferenceScores:
+    """Returns of a random and an expert policy; score = 100 (R - random) / (expert - random)."""
+
+    random: float
+    expert: float
+    source: str
+
+    def normalize(self, returns: np.ndarray | float) -> np.ndarray:
+        return (
+            100.0
+            * (np.asarray(returns, dtype=np.float64) - self.random)
+            / (self.expert - self.random)
+        )
+
+
+@dataclass
+class Episode:
+    observations: np.ndarray  # (T, S), the final observation dropped
+    actions: np.ndarray  # (T, A)
+    rewards: np.ndarray  # (T,)
+
+
+@dataclass
+class TaskData:
+    """Everything training and evaluation need to know about a task's data and environment."""
+
+    task: Task
+    episodes: list[Episode]
+    env_id: str
+    env_kwargs: dict[str, Any]
+    max_episode_steps: int
+    reference: ReferenceScores | None
+    eval_targets: tuple[float, ...]
+
+    @property
+    def state_dim(self) -> int:
+        return self.episodes[0].observations.shape[1]
+
+    @property
+    def act_dim(self) -> int:
+        return self.episodes[0].actions.shape[1]
+
+    @property
+    def num_steps(self) -> int:
+        return sum(len(ep.rewards) for ep in self.episodes)
+
+    def state_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std of all states, the std floored so constant features do not divide by 0."""
+        states = np.concatenate([ep.observations for ep in self.episodes])
+        return states.mean(axis=0), states.std(axis=0) + 1e-6
+
+
+def minari_root() -> str:
+    return os.environ.get("MINARI_DATASETS_PATH") or os.path.join(
+        os.path.expanduser("~"), ".minari", "datasets"
+    )
+
+
+def _check_download_possible(dataset_id: str, where: str) -> None:
+    """Fail in seconds, not after network time-outs, when a download cannot work."""
+    if importlib.util.find_spec("huggingface_hub") is None:
+        raise DatasetError(
+            f"dataset {dataset_id} is not in {where}, and downloading it needs Minari's Hugging Face "
+            f"support: pip install 'primal-dt[download]' (or pass --offline and place it there)"
+        )
+    remote = os.environ.get("MINARI_REMOTE", "hf://farama-minari")
+    if remote.startswith("hf://"):
+        try:
+            socket.create_connection(("huggingface.co", 443), timeout=5).close()
+        except OSError as err:
+            raise DatasetError(
+                f"dataset {dataset_id} is not in {where} and huggingface.co cannot be reached "
+                f"to download it ({err}); copy the dataset folder there from a machine with "
+                f"network, or set MINARI_DATASETS_PATH to where it is"
+            ) from None
+
+
+def open_dataset(dataset_id: str, download: bool) -> Any:
+    """minari.load_dataset with a clear error when the dataset is missing or unreadable."""
+    import minari
+
+    root = minari_root()
+    where = os.path.join(root, dataset_id)
+    if not os.path.isdir(os.path.join(where, "data")):
+        if not download:
+            raise DatasetError(
+                f"dataset {dataset_id} not found at {where} and download is off (--offline): "
+                f"set MINARI_DATASETS_PATH to the folder that holds it, copy it there, or record "
+                f"one with minari.create_dataset_from_buffers"
+            )
+        _check_download_possible(dataset_id, where)
+        try:
+            minari.download_dataset(dataset_id)
+        except Exception as err:  # Minari raises ValueError, hub errors, OSError...
+            raise DatasetError(f"could not download dataset {dataset_id}: {err}") from None
+    try:
+        return minari.load_dataset(dataset_id)
+    except Exception as err:
+        raise DatasetError(f"cannot read dataset {dataset_id} at {where}: {err}") from None
+
+
+def _read_episodes(dataset: Any, dataset_id: str) -> list[Episode]:
+    episodes = []
+    for raw in dataset.iterate_episodes():
+        if not isinstance(raw.observations, np.ndarray) or not isinstance(raw.actions, np.ndarray):
+            raise DatasetError(
+                f"dataset {dataset_id} has dictionary or tuple observations or actions; "
+                f"primal-dt needs flat Box observations and actions"
+            )
+        episode = Episode(
+            observations=np.asarray(raw.observations[:-1], dtype=np.float32),
+            actions=np.asarray(raw.actions, dtype=np.float32).reshape(len(raw.rewards), -1),
+            rewards=np.asarray(raw.rewards, dtype=np.float32),
+        )
+        if len(episode.rewards) == 0:
+            continue
+        for name in ("observations", "actions", "rewards"):
+            if not np.isfinite(getattr(episode, name)).all():
+                raise DatasetError(
+                    f"dataset {dataset_id} episode {raw.id} has NaN or infinite {name}; "
+                    f"fix or re-record the dataset"
+                )
+        episodes.append(episode)
+    if not episodes:
+        raise DatasetError(f"dataset {dataset_id} has no episodes with any steps")
+    return episodes
+
+
+def _reference_scores(dataset: Any, env: EnvInfo | None, dataset_id: str) -> ReferenceScores | None:
+    """The dataset's own ref_min_score/ref_max_score first, else the envs/ constants."""
+    metadata = dataset.storage.metadata
+    low, high = metadata.get("ref_min_score"), metadata.get("ref_max_score")
+    if low is not None and high is not None and high != low:
+        return ReferenceScores(float(low), float(high), f"Minari metadata of {dataset_id}")
+    if env is not None:
+        return ReferenceScores(env.ref_random, env.ref_expert, env.ref_source)
+    return None
+
+
+def load_task_data(task: Task, download: bool) -> TaskData:
+    """Open every dataset of the task (two for medium-expert) and check they describe one env."""
+    episodes: list[Episode] = []
+    env_spec = None
+    reference = None
+    for dataset_id in task.dataset_ids:
+        dataset = open_dataset(dataset_id, download)
+        spec = dataset.recover_environment(eval_env=True).spec
+        if env_spec is not None and spec.id != env_spec.id:
+            raise DatasetError(
+                f"datasets {', '.join(task.dataset_ids)} are for different environments "
+                f"({env_spec.id} and {spec.id}); they cannot be combined"
+            )
+        env_spec = spec
+        env = task.env or env_for_gym_id(spec.id)
+        reference = reference or _reference_scores(dataset, env, dataset_id)
+        episodes.extend(_read_episodes(dataset, dataset_id))
+    assert env_spec is not None
+    env = task.env or env_for_gym_id(env_spec.id)
+    dims = {(ep.observations.shape[1], ep.actions.shape[1]) for ep in episodes}
+    if len(dims) > 1:
+        raise DatasetError(f"datasets of task {task.name} disagree on state/action sizes: {dims}")
+    max_steps = env_spec.max_episode_steps or (env.max_episode_steps if env else 1000)
+    return TaskData(
+        task=replace(task, env=env),
+        episodes=episodes,
+        env_id=env_spec.id,
+        env_kwargs=json.loads(json.dumps(env_spec.kwargs or {})),
+        max_episode_steps=int(max_steps),
+        reference=reference,
+        eval_targets=env.eval_targets if env else (),
+    )
+
+
+def returns_to_go(rewards: np.ndarray) -> np.ndarray:
+    """Undiscounted sum of the rewards from each step to the episode's end."""
+    return np.cumsum(rewards[::-1])[::-1].copy()
+
+
+class Batch(NamedTuple):
+    states: Tensor  # (B, K, S), normalised
+    actions: Tensor  # (B, K, A)
+    returns_to_go: Tensor  # (B, K), scaled
+    timesteps: Tensor  # (B, K)
+    mask: Tensor  # (B, K), true for real steps; padding is on the left
+
+
+class WindowSampler:
+    """The whole dataset as flat tensors on one device; sample() gathers random K-step windows."""
+
+    def __init__(
+        self,
+        episodes: list[Episode],
+        state_mean: np.ndarray,
+        state_std: np.ndarray,
+        context_len: int,
+        return_scale: float,
+        device: torch.device | str,
+        seed: int,
+    ) -> None:
+        self.device = torch.device(device)
+        self.context_len = context_len
+        lengths = np.array([len(ep.rewards) for ep in episodes])
+        states = (np.concatenate([ep.observations for ep in episodes]) - state_mean) / state_std
+        rtg = np.concatenate([returns_to_go(ep.rewards) for ep in episodes]) / return_scale
+        timesteps = np.concatenate([np.arange(n) for n in lengths])
+
+        def put(array: np.ndarray, dtype: torch.dtype) -> Tensor:
+            return torch.as_tensor(array, dtype=dtype).to(self.device)
+
+        self.states = put(states, torch.float32)
+        self.actions = put(np.concatenate([ep.actions for ep in episodes]), torch.float32)
+        self.rtg = put(rtg, torch.float32)
+        self.timesteps = put(timesteps, torch.long)
+        self.episode_ends = put(np.cumsum(lengths), torch.long)
+        self.offsets = torch.arange(context_len, device=self.device)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+
+    @property
+    def num_steps(self) -> int:
+        return self.states.shape[0]
+
+    def sample(self, batch_size: int) -> Batch:
+        start = torch.randint(
+            0, self.num_steps, (batch_size,), generator=self.generator, device=self.device
+        )
+        episode = torch.searchsorted(self.episode_ends, start, right=True)
+        valid = torch.clamp(self.episode_ends[episode] - start, max=self.context_len)
+        pad = (self.context_len - valid)[:, None]
+        mask = self.offsets[None, :] >= pad
+        index = torch.where(mask, start[:, None] + self.offsets[None, :] - pad, start[:, None])
+        keep = mask.unsqueeze(-1)
+        return Batch(
+            states=self.states[index] * keep,
+            actions=self.actions[index] * keep,
+            returns_to_go=self.rtg[index] * mask,
+            timesteps=self.timesteps[index] * mask,
+            mask=mask,
+        )
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.generator.set_state(state["generator"])

@@ -1,0 +1,21 @@
+"""Errors a user can fix. The CLI prints them as one line and exits non-zero, without a traceback."""
+
+
+class PrimalDTError(Exception):
+    """Bad input or a missing resource, with a message that says how to fix it."""
+
+
+class ConfigError(PrimalDTError):
+    """A config file or --set override that is wrong."""
+
+
+class TaskError(PrimalDTError):
+    """An unknown task, environment or dataset id."""
+
+
+class DatasetError(PrimalDTError):
+    """A dataset that is missing, cannot be downloaded, or holds unusable data."""
+
+
+class CheckpointError(PrimalDTError):
+    """A checkpoint or run directory that cannot be used."""

@@ -1,0 +1,111 @@
+"""The Decision Transformer (Chen et al. 2021) with some or all attention blocks Primal-Attention.
+
+Each timestep contributes three tokens, (return-to-go, state, action), each a linear embedding plus
+a learned timestep embedding; the 3K tokens pass an embedding LayerNorm and N pre-LayerNorm blocks,
+and the action a_t is read from the hidden state of the s_t token through a tanh head.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from primal_dt.attention import CausalSelfAttention, PrimalAttention
+from primal_dt.config import ModelConfig
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block; its attention is softmax or Primal."""
+
+    def __init__(self, config: ModelConfig, primal: bool) -> None:
+        super().__init__()
+        dim = config.embed_dim
+        self.ln_1 = nn.LayerNorm(dim)
+        self.attn: CausalSelfAttention | PrimalAttention
+        if primal:
+            self.attn = PrimalAttention(dim, config.n_head, config.primal_rank, config.dropout)
+        else:
+            self.attn = CausalSelfAttention(dim, config.n_head, config.dropout)
+        self.ln_2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(config.dropout)
+        )
+
+    def forward(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor | None]:
+        attended, ksvd_j = self.attn(self.ln_1(x), mask)
+        x = x + attended
+        x = x + self.mlp(self.ln_2(x))
+        return x, ksvd_j
+
+
+class DecisionTransformer(nn.Module):
+    """forward(states, actions, returns_to_go, timesteps, mask) -> (actions (B, K, A), KSVD loss)."""
+
+    def __init__(
+        self, config: ModelConfig, state_dim: int, act_dim: int, max_timestep: int
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.state_dim = state_dim
+        self.act_dim = act_dim
+        self.max_timestep = max_timestep
+        dim = config.embed_dim
+        self.embed_timestep = nn.Embedding(max_timestep, dim)
+        self.embed_return = nn.Linear(1, dim)
+        self.embed_state = nn.Linear(state_dim, dim)
+        self.embed_action = nn.Linear(act_dim, dim)
+        self.embed_ln = nn.LayerNorm(dim)
+        self.drop = nn.Dropout(config.dropout)
+        primal = set(config.primal_indices())
+        self.blocks = nn.ModuleList(Block(config, i in primal) for i in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(dim)
+        self.predict_action = nn.Sequential(nn.Linear(dim, act_dim), nn.Tanh())
+        self.apply(_init_weights)
+
+    def forward(
+        self,
+        states: Tensor,
+        actions: Tensor,
+        returns_to_go: Tensor,
+        timesteps: Tensor,
+        mask: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        """states (B, K, S), actions (B, K, A), returns_to_go (B, K), timesteps (B, K), mask (B, K).
+
+        Returns the predicted actions (B, K, A) and the model's KSVD loss: the mean over Primal
+        blocks of mean_B(J^2), or zero when no block is Primal.
+        """
+        batch, length, _ = states.shape
+        time = self.embed_timestep(timesteps.clamp(0, self.max_timestep - 1))
+        tokens = torch.stack(
+            (
+                self.embed_return(returns_to_go.unsqueeze(-1)) + time,
+                self.embed_state(states) + time,
+                self.embed_action(actions) + time,
+            ),
+            dim=2,
+        ).reshape(batch, 3 * length, -1)  # (R_1, s_1, a_1, R_2, s_2, a_2, ...)
+        token_mask = mask.repeat_interleave(3, dim=1)
+        x = self.drop(self.embed_ln(tokens))
+        ksvd_terms = []
+        for block in self.blocks:
+            x, ksvd_j = block(x, token_mask)
+            if ksvd_j is not None:
+                ksvd_terms.append(ksvd_j.pow(2).mean())
+        x = self.ln_f(x).reshape(batch, length, 3, -1)
+        predicted = self.predict_action(x[:, :, 1])  # from the state tokens
+        if ksvd_terms:
+            ksvd_loss = torch.stack(ksvd_terms).mean()
+        else:
+            ksvd_loss = torch.zeros((), device=states.device)
+        return predicted, ksvd_loss
+
+
+def _init_weights(module: nn.Module) -> None:
+    """GPT-2 initialisation for linear and embedding layers; Primal's We, Wr, lam keep theirs."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)

@@ -1,0 +1,375 @@
+"""The training loop: AdamW with linear warm-up and gradient clipping, on the action MSE plus
+eta times the KSVD loss, with TensorBoard logs, periodic evaluation and resumable checkpoints.
+
+The dataset lives on the training device and batches are sampled there; the loop reads values
+back to the host only at logging, evaluation and checkpoint steps. On CUDA it runs under bf16
+autocast with fused AdamW.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
+from tqdm.auto import tqdm
+
+from primal_dt.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from primal_dt.config import Config, config_from_dict
+from primal_dt.data import Batch, TaskData, WindowSampler, load_task_data
+from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError
+from primal_dt.evaluate import EnvSetup, Policy, TargetResult, evaluate
+from primal_dt.model import DecisionTransformer
+from primal_dt.tasks import Task, env_for_gym_id
+
+
+class TrainingDiverged(PrimalDTError):
+    """The loss became NaN or infinite."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"train.device is {name} but no CUDA device is available; use cpu or auto"
+        )
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def default_run_dir(task: str, config_name: str, seed: int) -> Path:
+    safe_task = re.sub(r"[^A-Za-z0-9._-]+", "_", task)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / safe_task / f"{config_name}-s{seed}-{stamp}"
+
+
+def action_loss(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over the action entries of real (unpadded) steps."""
+    weights = mask.unsqueeze(-1).to(predicted.dtype)
+    squared = (predicted.float() - target) ** 2 * weights
+    return squared.sum() / (weights.sum() * predicted.shape[-1]).clamp(min=1.0)
+
+
+@dataclass
+class Trainer:
+    """One run: the model, its optimiser and data, and where it writes."""
+
+    config: Config
+    data: TaskData
+    run_dir: Path
+    device: torch.device
+    model: DecisionTransformer
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    sampler: WindowSampler
+    state_mean: np.ndarray
+    state_std: np.ndarray
+    step: int = 0
+
+    @classmethod
+    def create(cls, config: Config, data: TaskData, run_dir: Path) -> Trainer:
+        device = resolve_device(config.train.device)
+        seed_everything(config.train.seed)
+        state_mean, state_std = data.state_stats()
+        longest = max(len(ep.rewards) for ep in data.episodes)
+        model = DecisionTransformer(
+            config.model, data.state_dim, data.act_dim, max(data.max_episode_steps, longest)
+        ).to(device)
+        optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=config.train.lr,
+            weight_decay=config.train.weight_decay,
+            fused=device.type == "cuda",
+        )
+        warmup = config.train.warmup_steps
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: min((s + 1) / warmup, 1.0) if warmup else 1.0
+        )
+        sampler = WindowSampler(
+            data.episodes,
+            state_mean,
+            state_std,
+            config.model.context_len,
+            config.train.return_scale,
+            device,
+            seed=config.train.seed,
+        )
+        return cls(
+            config,
+            data,
+            run_dir,
+            device,
+            model,
+            optimizer,
+            scheduler,
+            sampler,
+            state_mean,
+            state_std,
+        )
+
+    # --- checkpoints -------------------------------------------------------------------------
+
+    def task_record(self) -> dict[str, Any]:
+        ref = self.data.reference
+        return {
+            "name": self.data.task.name,
+            "dataset_ids": list(self.data.task.dataset_ids),
+            "env_id": self.data.env_id,
+            "env_kwargs": self.data.env_kwargs,
+            "max_episode_steps": self.data.max_episode_steps,
+            "eval_targets": list(self.eval_targets()),
+            "reference": None
+            if ref is None
+            else {"random": ref.random, "expert": ref.expert, "source": ref.source},
+        }
+
+    def save(self) -> Path:
+        path = self.run_dir / CHECKPOINT_NAME
+        save_checkpoint(
+            path,
+            {
+                "step": self.step,
+                "config": self.config.to_dict(),
+                "task": self.task_record(),
+                "dims": {
+                    "state_dim": self.model.state_dim,
+                    "act_dim": self.model.act_dim,
+                    "max_timestep": self.model.max_timestep,
+                },
+                "state_mean": torch.as_tensor(self.state_mean),
+                "state_std": torch.as_tensor(self.state_std),
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "sampler": self.sampler.state_dict(),
+                "rng": {
+                    "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                },
+            },
+        )
+        return path
+
+    def restore(self, ckpt: dict[str, Any]) -> None:
+        """Put the run back exactly as it was when ckpt was saved."""
+        dims = ckpt["dims"]
+        if (dims["state_dim"], dims["act_dim"]) != (self.model.state_dim, self.model.act_dim):
+            raise CheckpointError(
+                f"checkpoint is for state/action sizes {dims['state_dim']}/{dims['act_dim']} but "
+                f"the dataset has {self.model.state_dim}/{self.model.act_dim}"
+            )
+        try:
+            self.model.load_state_dict(ckpt["model"])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+            self.scheduler.load_state_dict(ckpt["scheduler"])
+            self.sampler.load_state_dict(ckpt["sampler"])
+        except (KeyError, RuntimeError, ValueError) as err:
+            reason = str(err).strip().splitlines()[0]
+            raise CheckpointError(f"checkpoint does not match the model: {reason}") from None
+        self.state_mean = ckpt["state_mean"].numpy()
+        self.state_std = ckpt["state_std"].numpy()
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if ckpt["rng"]["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+        self.step = int(ckpt["step"])
+
+    # --- evaluation --------------------------------------------------------------------------
+
+    def eval_targets(self) -> tuple[float, ...]:
+        return tuple(self.config.eval.targets) or self.data.eval_targets
+
+    def env_setup(self) -> EnvSetup:
+        return EnvSetup(
+            env_id=self.data.env_id,
+            env_kwargs=self.data.env_kwargs,
+            max_episode_steps=self.data.max_episode_steps,
+            eval_targets=self.eval_targets(),
+            reference=self.data.reference,
+        )
+
+    def evaluate(self) -> list[TargetResult]:
+        policy = Policy(
+            self.model,
+            torch.as_tensor(self.state_mean, device=self.device),
+            torch.as_tensor(self.state_std, device=self.device),
+            self.config.train.return_scale,
+            self.device,
+        )
+        return evaluate(policy, self.env_setup(), self.config.eval.episodes, self.config.train.seed)
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def train_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One optimiser step; returns (action loss, KSVD loss, gradient norm) as device tensors."""
+        cfg = self.config.train
+        autocast = torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"
+        )
+        with autocast:
+            predicted, ksvd = self.model(
+                batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask
+            )
+        act_loss = action_loss(predicted, batch.actions, batch.mask)
+        loss = act_loss + cfg.ksvd_weight * ksvd.float()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return act_loss.detach(), ksvd.detach().float(), grad_norm.detach()
+
+    def run(self, progress: bool = True) -> list[TargetResult]:
+        """Train to config.train.steps; returns the last evaluation (empty if evaluation is off)."""
+        cfg = self.config.train
+        writer = SummaryWriter(str(self.run_dir), purge_step=self.step or None)
+        if self.step == 0:
+            self._write_hparams(writer)
+        sums = torch.zeros(3, device=self.device)
+        count = 0
+        last_eval: list[TargetResult] = []
+        tick = time.perf_counter()
+        bar = tqdm(
+            total=cfg.steps, initial=self.step, disable=not progress, desc=self.data.task.name,
+            unit="step", dynamic_ncols=True,
+        )  # fmt: skip
+        try:
+            while self.step < cfg.steps:
+                batch = self.sampler.sample(cfg.batch_size)
+                sums += torch.stack(self.train_step(batch))
+                count += 1
+                self.step += 1
+                bar.update(1)
+                final = self.step == cfg.steps
+                if self.step % cfg.log_every == 0 or final:
+                    now = time.perf_counter()
+                    self._log_train(writer, sums / count, count / (now - tick), bar)
+                    sums.zero_()
+                    count, tick = 0, now
+                if cfg.eval_every and (self.step % cfg.eval_every == 0 or final):
+                    last_eval = self.evaluate()
+                    self._log_eval(writer, last_eval, bar, final)
+                    tick = time.perf_counter()  # evaluation time is not training time
+                if self.step % cfg.ckpt_every == 0 or final:
+                    self.save()
+        finally:
+            bar.close()
+            writer.close()
+        return last_eval
+
+    def _log_train(
+        self, writer: SummaryWriter, means: torch.Tensor, steps_per_sec: float, bar: tqdm
+    ) -> None:
+        act, ksvd, grad_norm = means.tolist()
+        total = act + self.config.train.ksvd_weight * ksvd
+        if not math.isfinite(total):
+            raise TrainingDiverged(
+                f"the loss became {total} at step {self.step}; the last good checkpoint is "
+                f"{self.run_dir / CHECKPOINT_NAME} (try a lower train.lr)"
+            )
+        scalars = {
+            "train/action_loss": act,
+            "train/ksvd_loss": ksvd,
+            "train/loss": total,
+            "train/lr": self.scheduler.get_last_lr()[0],
+            "train/grad_norm": grad_norm,
+            "train/steps_per_sec": steps_per_sec,
+        }
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, value, self.step)
+        bar.set_postfix(action=f"{act:.4f}", ksvd=f"{ksvd:.3g}", refresh=False)
+
+    def _log_eval(
+        self, writer: SummaryWriter, results: list[TargetResult], bar: tqdm, final: bool
+    ) -> None:
+        for result in results:
+            s = result.summary()
+            tag = f"eval/{s['target']:g}"
+            writer.add_scalar(f"{tag}/return", s["return_mean"], self.step)
+            writer.add_scalar(f"{tag}/episode_length", s["length_mean"], self.step)
+            if s["normalized_mean"] is not None:
+                writer.add_scalar(f"{tag}/normalized_return", s["normalized_mean"], self.step)
+        best = max(results, key=lambda r: r.summary()["return_mean"]).summary()
+        if final and best["normalized_mean"] is not None:
+            writer.add_scalar("eval/final_normalized_return", best["normalized_mean"], self.step)
+        with (self.run_dir / "eval.jsonl").open("a") as log:
+            log.write(json.dumps({"step": self.step, "results": [r.summary() for r in results]}))
+            log.write("\n")
+        score = best["normalized_mean"]
+        shown = f"{score:.1f}" if score is not None else f"R={best['return_mean']:.0f}"
+        bar.write(f"step {self.step}: evaluation " + ", ".join(
+            f"target {r.target:g}: return {r.summary()['return_mean']:.1f}" for r in results
+        ) + f" (best normalized {shown})")  # fmt: skip
+
+    def _write_hparams(self, writer: SummaryWriter) -> None:
+        """The run's settings in TensorBoard's hparams view, in this same run directory."""
+        flat: dict[str, Any] = {"task": self.data.task.name}
+        for section in ("model", "train", "eval"):
+            for key, value in getattr(self.config, section).__dict__.items():
+                flat[f"{section}.{key}"] = (
+                    value if isinstance(value, int | float | str | bool) else str(value)
+                )
+        experiment, session_start, session_end = hparams(
+            flat, {"eval/final_normalized_return": float("nan")}
+        )
+        for summary in (experiment, session_start, session_end):
+            writer.file_writer.add_summary(summary)
+
+
+def start_run(config: Config, task: Task, run_dir: Path) -> Trainer:
+    """A new run in run_dir, which must not already hold one."""
+    if (run_dir / CHECKPOINT_NAME).exists():
+        raise CheckpointError(
+            f"{run_dir} already holds a run; continue it with --resume {run_dir} "
+            f"or choose another --run-dir"
+        )
+    data = load_task_data(task, config.data.download)
+    trainer = Trainer.create(config, data, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(
+        json.dumps({"task": task.name, **config.to_dict()}, indent=2)
+    )
+    return trainer
+
+
+def resume_run(run_dir: Path, steps: int | None = None, download: bool | None = None) -> Trainer:
+    """Continue the run in run_dir from its checkpoint, to its configured or to `steps` steps."""
+    ckpt = load_checkpoint(run_dir)
+    config = config_from_dict(ckpt["config"])
+    if steps is not None:
+        config.train.steps = steps
+    if download is not None:
+        config.data.download = download
+    record = ckpt["task"]
+    task = Task(
+        name=record["name"],
+        dataset_ids=tuple(record["dataset_ids"]),
+        env=env_for_gym_id(record["env_id"]),
+    )
+    data = load_task_data(task, config.data.download)
+    if data.env_id != record["env_id"]:
+        raise CheckpointError(
+            f"{run_dir} was trained on {record['env_id']} but its dataset is now for {data.env_id}"
+        )
+    trainer = Trainer.create(config, data, run_dir)
+    trainer.restore(ckpt)
+    if trainer.step >= config.train.steps:
+        raise ConfigError(
+            f"{run_dir} is already at step {trainer.step} of {config.train.steps}; "
+            f"pass --steps N with N > {trainer.step} to train further"
+        )
+    return trainer
