@@ -63,10 +63,11 @@ class CausalSelfAttention(nn.Module):
 def masked_prefix_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Running mean over the real tokens of each prefix: sum_{j<=i} m_j x_j / max(1, sum_{j<=i} m_j).
 
-    x: (B, H, L, d), mask: (B, L). Computed in float32 so that bf16 autocast does not erode long sums.
+    x: (B, H, L, d), mask: (B, L). Summed in at least float32, so bf16 does not erode long sums.
     """
-    weights = mask.to(torch.float32)[:, None, :, None]
-    total = (x.float() * weights).cumsum(dim=2)
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    weights = mask.to(dtype)[:, None, :, None]
+    total = (x.to(dtype) * weights).cumsum(dim=2)
     count = weights.cumsum(dim=2).clamp(min=1.0)
     return total / count
 
@@ -100,8 +101,8 @@ class PrimalAttention(nn.Module):
         batch, length, _ = x.shape
         q = self.query(x).view(batch, length, self.n_head, -1).transpose(1, 2)
         k = self.key(x).view(batch, length, self.n_head, -1).transpose(1, 2)
-        q_bar = F.normalize(masked_prefix_mean(q, mask), p=2, dim=-1)
-        k_bar = F.normalize(masked_prefix_mean(k, mask), p=2, dim=-1)
+        q_bar = F.normalize(masked_prefix_mean(q, mask), p=2, dim=-1).to(q.dtype)
+        k_bar = F.normalize(masked_prefix_mean(k, mask), p=2, dim=-1).to(k.dtype)
         e = torch.einsum("bhld,hds->bhls", q_bar, self.we)
         r = torch.einsum("bhld,hds->bhls", k_bar, self.wr)
         return e, r
@@ -123,13 +124,14 @@ def ksvd_objective(
     J = 1/2 mean_{h,i} ||lam_h * e_hi||^2 + 1/2 mean_{h,i} ||lam_h * r_hi||^2 - mean_h Tr(We_h^T Wr_h).
     The paper shows J = 0 at the KSVD stationary point, so training drives J^2 towards zero.
     """
-    valid = mask.to(torch.float32)[:, None, :]  # (B, 1, L)
+    dtype = torch.promote_types(e.dtype, torch.float32)  # bf16 scores are summed in float32
+    valid = mask.to(dtype)[:, None, :]  # (B, 1, L)
     n_head = e.shape[1]
     count = valid.sum(dim=(1, 2)).clamp(min=1.0) * n_head
-    lam = lam.float()[None, :, None, :]
-    energy_e = ((lam * e.float()) ** 2).sum(dim=-1)  # (B, H, L)
-    energy_r = ((lam * r.float()) ** 2).sum(dim=-1)
+    lam = lam.to(dtype)[None, :, None, :]
+    energy_e = ((lam * e.to(dtype)) ** 2).sum(dim=-1)  # (B, H, L)
+    energy_r = ((lam * r.to(dtype)) ** 2).sum(dim=-1)
     mean_e = (energy_e * valid).sum(dim=(1, 2)) / count
     mean_r = (energy_r * valid).sum(dim=(1, 2)) / count
-    trace = (we.float() * wr.float()).sum(dim=(1, 2)).mean()  # Tr(A^T B) = sum(A * B)
+    trace = (we.to(dtype) * wr.to(dtype)).sum(dim=(1, 2)).mean()  # Tr(A^T B) = sum(A * B)
     return 0.5 * mean_e + 0.5 * mean_r - trace

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from primal_dt.errors import DatasetError
-from primal_dt.tasks import EnvInfo, Task, env_for_gym_id
+from primal_dt.tasks import EnvInfo, Task, env_for_gym_id, quiet_mujoco_warnings
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,7 @@ def load_task_data(task: Task, download: bool) -> TaskData:
     episodes: list[Episode] = []
     env_spec = None
     reference = None
+    quiet_mujoco_warnings()
     for dataset_id in task.dataset_ids:
         dataset = open_dataset(dataset_id, download)
         spec = dataset.recover_environment(eval_env=True).spec

@@ -21,6 +21,7 @@ from primal_dt.config import config_from_dict
 from primal_dt.data import ReferenceScores
 from primal_dt.errors import CheckpointError
 from primal_dt.model import DecisionTransformer
+from primal_dt.tasks import make_env
 
 
 @dataclass
@@ -35,9 +36,7 @@ class EnvSetup:
 
     def make_vector(self, num_envs: int) -> gym.vector.VectorEnv:
         def make() -> gym.Env:
-            return gym.make(
-                self.env_id, max_episode_steps=self.max_episode_steps, **self.env_kwargs
-            )
+            return make_env(self.env_id, self.max_episode_steps, **self.env_kwargs)
 
         return gym.vector.SyncVectorEnv([make for _ in range(num_envs)])
 

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from primal_dt.errors import DatasetError
+from primal_dt.tasks import make_env
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 
@@ -67,7 +68,7 @@ def record_episodes(
     """Roll `policy` out for `episodes` episodes (seeds seed, seed+1, ...) into Minari buffers."""
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
-    env = gym.make(env_id, max_episode_steps=max_episode_steps)
+    env = make_env(env_id, max_episode_steps)
     buffers = []
     try:
         for index in range(episodes):
@@ -117,7 +118,7 @@ def write_dataset(
     """Write buffers as the Minari dataset `dataset_id` in the local root; returns the dataset."""
     import minari
 
-    env = gym.make(env_id)
+    env = make_env(env_id)
     try:
         with warnings.catch_warnings():  # Minari warns about every optional field left empty
             warnings.simplefilter("ignore", UserWarning)

@@ -8,8 +8,12 @@ dataset can be trained on by its id instead (`--dataset`).
 from __future__ import annotations
 
 import tomllib
+import warnings
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
+
+import gymnasium as gym
 
 from primal_dt.errors import TaskError
 from primal_dt.resources import resource_dir
@@ -98,3 +102,30 @@ def env_for_gym_id(gym_id: str) -> EnvInfo | None:
         if env.gym_id.split("-v")[0].lower() == base:
             return env
     return None
+
+
+_MUJOCO_WARNINGS_SEEN: set[str] = set()
+
+
+def _mujoco_warning(message: str) -> None:
+    if message not in _MUJOCO_WARNINGS_SEEN:
+        _MUJOCO_WARNINGS_SEEN.add(message)
+        warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+
+
+def quiet_mujoco_warnings() -> None:
+    """Say each MuJoCo compiler warning once, not at every environment built.
+
+    (MuJoCo 4 warns that Gymnasium's HalfCheetah XML uses the deprecated 'settotalmass'.)
+    """
+    try:
+        import mujoco
+
+        mujoco.set_mju_user_warning(_mujoco_warning)
+    except (ImportError, AttributeError):
+        pass
+
+
+def make_env(env_id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
+    quiet_mujoco_warnings()
+    return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)

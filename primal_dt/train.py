@@ -236,7 +236,8 @@ class Trainer:
     def run(self, progress: bool = True) -> list[TargetResult]:
         """Train to config.train.steps; returns the last evaluation (empty if evaluation is off)."""
         cfg = self.config.train
-        writer = SummaryWriter(str(self.run_dir), purge_step=self.step or None)
+        # On resume, drop any events logged after the checkpoint by the interrupted process.
+        writer = SummaryWriter(str(self.run_dir), purge_step=self.step + 1 if self.step else None)
         if self.step == 0:
             self._write_hparams(writer)
         sums = torch.zeros(3, device=self.device)

@@ -1,0 +1,90 @@
+"""Datasets recorded by the tests themselves: real v5 rollouts of real policies, written with
+minari.create_dataset_from_buffers into a temporary MINARI_DATASETS_PATH for the whole session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+
+from primal_dt.recording import random_policy, record_episodes, sb3_policy, write_dataset
+
+# The tests' models are tiny: one thread is fastest, and it avoids OpenMP threads spinning against
+# each other when the suite shares two cores with subprocesses or other jobs.
+torch.set_num_threads(1)
+os.environ["OMP_NUM_THREADS"] = "1"
+
+POLICIES = Path(
+    os.environ.get(
+        "PRIMAL_DT_POLICIES", Path(__file__).resolve().parents[2] / "shared" / "policies"
+    )
+)
+
+# Small model and run settings shared by the tests that train (seconds on 2 CPU cores).
+TINY = [
+    "model.embed_dim=32",
+    "model.n_layer=2",
+    "model.n_head=2",
+    "model.primal_rank=8",
+    "model.context_len=5",
+    "train.batch_size=16",
+    "train.warmup_steps=10",
+    "train.log_every=5",
+    "train.eval_every=0",
+    "eval.episodes=2",
+]
+
+
+def policy_file(algo: str, env_id: str) -> Path:
+    path = POLICIES / algo / f"{env_id}.zip"
+    if not path.is_file():
+        pytest.skip(f"behaviour policy {path} not found (set PRIMAL_DT_POLICIES)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Minari root with the datasets the tests train on; MINARI_DATASETS_PATH points at it."""
+    root = tmp_path_factory.mktemp("minari")
+    previous = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = str(root)
+    cheetah = "HalfCheetah-v5"
+    expert = sb3_policy(policy_file("tqc", cheetah), deterministic=False)
+    write_dataset(
+        "mujoco/halfcheetah/expert-v0",
+        cheetah,
+        record_episodes(cheetah, expert, episodes=3, seed=0),
+        ref_min_score=-280.0,
+        ref_max_score=11500.0,
+        algorithm_name="TQC",
+    )
+    space = gym.make(cheetah).action_space
+    write_dataset(
+        "test/halfcheetah/random-v0",
+        cheetah,
+        record_episodes(cheetah, random_policy(space, seed=0), episodes=3, seed=100),
+        algorithm_name="random",
+    )
+    hopper = "Hopper-v5"
+    write_dataset(
+        "test/hopper/random-v0",
+        hopper,
+        record_episodes(hopper, random_policy(gym.make(hopper).action_space, 0), 30, seed=100),
+        algorithm_name="random",
+    )
+    for quality, algo in (("medium", "sac"), ("expert", "tqc")):
+        policy = sb3_policy(policy_file(algo, hopper))
+        write_dataset(
+            f"mujoco/hopper/{quality}-v0",
+            hopper,
+            record_episodes(hopper, policy, episodes=3, seed=10),
+            algorithm_name=algo.upper(),
+        )
+    yield root
+    if previous is None:
+        del os.environ["MINARI_DATASETS_PATH"]
+    else:
+        os.environ["MINARI_DATASETS_PATH"] = previous

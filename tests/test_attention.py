@@ -1,0 +1,374 @@
+"""The attention layers against slow references written straight from DESIGN.md sections 1 and 2.
+
+Each reference is a plain per-batch, per-head, per-position Python loop over the formulas, so the
+vectorised layers (cumulative sums, einsum, SDPA) are checked against an independent computation.
+Also checked: causality, independence from padded tokens, no NaN with left padding, and that a
+Primal block never materialises an L x L tensor.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from primal_dt.attention import CausalSelfAttention, PrimalAttention, ksvd_objective
+from primal_dt.config import ModelConfig
+from primal_dt.model import Block, DecisionTransformer
+
+EMBED, HEADS, RANK, LENGTH = 16, 2, 4, 9
+
+# Float32 runs must agree with a float64 reference to float32 precision; float64 runs to 1e-10.
+DTYPES = [
+    pytest.param(torch.float32, 1e-5, id="float32"),
+    pytest.param(torch.float64, 1e-10, id="float64"),
+]
+
+
+def padding_masks(length: int = LENGTH) -> Tensor:
+    """(4, L) masks: none, left padding, padding in the middle, padding at start, middle and end."""
+    mask = torch.ones(4, length, dtype=torch.bool)
+    mask[1, :3] = False  # left padding
+    mask[2, 3:5] = False  # a gap in the middle
+    mask[3, :2] = False  # everything at once
+    mask[3, 4] = False
+    mask[3, -1] = False
+    return mask
+
+
+def phi(v: Tensor) -> Tensor:
+    """phi(v) = v / ||v||; the 1e-12 floor only matters for the zero mean of an all-padded prefix."""
+    return v / max(v.norm().item(), 1e-12)
+
+
+def reference_primal(
+    layer: PrimalAttention, x: Tensor, mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """DESIGN.md section 1 with explicit loops, in float64. Returns output (B, L, D), e, r."""
+    layer = layer.double()
+    x = x.double()
+    batch, length, dim = x.shape
+    heads = layer.n_head
+    d = dim // heads
+    rank = layer.we.shape[-1]
+    wq, bq = layer.query.weight, layer.query.bias
+    wk, bk = layer.key.weight, layer.key.bias
+    e = torch.zeros(batch, heads, length, rank, dtype=torch.float64)
+    r = torch.zeros_like(e)
+    merged = torch.zeros(batch, length, dim, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            cols = slice(h * d, (h + 1) * d)
+            for i in range(length):
+                q_sum = torch.zeros(d, dtype=torch.float64)
+                k_sum = torch.zeros(d, dtype=torch.float64)
+                count = 0.0
+                for j in range(i + 1):
+                    m_j = float(mask[b, j])
+                    q_j = wq[cols] @ x[b, j] + bq[cols]
+                    k_j = wk[cols] @ x[b, j] + bk[cols]
+                    q_sum = q_sum + m_j * q_j
+                    k_sum = k_sum + m_j * k_j
+                    count += m_j
+                q_bar = q_sum / max(1.0, count)
+                k_bar = k_sum / max(1.0, count)
+                e[b, h, i] = phi(q_bar) @ layer.we[h]
+                r[b, h, i] = phi(k_bar) @ layer.wr[h]
+                merged[b, i, cols] = layer.concat(torch.cat([e[b, h, i], r[b, h, i]]))
+    return layer.proj(merged), e, r
+
+
+def reference_ksvd(
+    e: Tensor, r: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Tensor
+) -> Tensor:
+    """DESIGN.md section 2 per sequence with explicit loops, in float64."""
+    e, r, lam, we, wr = (t.double() for t in (e, r, lam, we, wr))
+    batch, heads, length, _ = e.shape
+    trace = sum(torch.trace(we[h].T @ wr[h]) for h in range(heads)) / heads
+    out = torch.zeros(batch, dtype=torch.float64)
+    for b in range(batch):
+        energy_e = energy_r = 0.0
+        n_valid = 0
+        for i in range(length):
+            if not mask[b, i]:
+                continue
+            n_valid += 1
+            for h in range(heads):
+                energy_e += ((lam[h] * e[b, h, i]) ** 2).sum()
+                energy_r += ((lam[h] * r[b, h, i]) ** 2).sum()
+        n = heads * n_valid
+        out[b] = 0.5 * energy_e / n + 0.5 * energy_r / n - trace
+    return out
+
+
+def reference_softmax(layer: CausalSelfAttention, x: Tensor, mask: Tensor) -> Tensor:
+    """Per head softmax(q k^T / sqrt(d)) v; j > i and padded keys j != i get -inf; float64."""
+    layer = layer.double()
+    x = x.double()
+    batch, length, dim = x.shape
+    heads = layer.n_head
+    d = dim // heads
+    q, k, v = layer.qkv(x).split(dim, dim=2)
+    merged = torch.zeros(batch, length, dim, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            cols = slice(h * d, (h + 1) * d)
+            qh, kh, vh = q[b, :, cols], k[b, :, cols], v[b, :, cols]
+            scores = qh @ kh.T / math.sqrt(d)
+            for i in range(length):
+                for j in range(length):
+                    if j > i or (not mask[b, j] and j != i):
+                        scores[i, j] = -math.inf
+            merged[b, :, cols] = torch.softmax(scores, dim=-1) @ vh
+    return layer.proj(merged)
+
+
+def make_primal(dtype: torch.dtype = torch.float32, seed: int = 0) -> PrimalAttention:
+    torch.manual_seed(seed)
+    layer = PrimalAttention(EMBED, HEADS, RANK, dropout=0.1).eval()
+    with torch.no_grad():  # non-zero biases so that they are exercised too
+        for linear in (layer.query, layer.key, layer.concat, layer.proj):
+            linear.bias.normal_()
+    return layer.to(dtype)
+
+
+def make_softmax(dtype: torch.dtype = torch.float32, seed: int = 0) -> CausalSelfAttention:
+    torch.manual_seed(seed)
+    layer = CausalSelfAttention(EMBED, HEADS, dropout=0.1).eval()
+    with torch.no_grad():
+        layer.qkv.bias.normal_()
+        layer.proj.bias.normal_()
+    return layer.to(dtype)
+
+
+def run(layer: torch.nn.Module, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor | None]:
+    with torch.no_grad():
+        return layer(x, mask)
+
+
+# --------------------------------------------------------------------- equality with references
+
+
+@pytest.mark.parametrize(("dtype", "atol"), DTYPES)
+def test_primal_attention_matches_per_position_loop(dtype: torch.dtype, atol: float) -> None:
+    layer = make_primal(dtype)
+    mask = padding_masks()
+    torch.manual_seed(1)
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, dtype=torch.float64)
+    y, j = run(layer, x.to(dtype), mask)
+    with torch.no_grad():
+        y_ref, e_ref, r_ref = reference_primal(make_primal(dtype), x, mask)
+        j_ref = reference_ksvd(e_ref, r_ref, layer.lam, layer.we, layer.wr, mask)
+    assert y.shape == (mask.shape[0], LENGTH, EMBED)
+    assert j.shape == (mask.shape[0],)
+    # Outputs at padded positions are never read by a real token; compare the real ones.
+    torch.testing.assert_close(y[mask], y_ref[mask].to(dtype), atol=atol, rtol=0)
+    torch.testing.assert_close(j, j_ref.to(dtype), atol=atol, rtol=0)
+    with torch.no_grad():
+        e, r = layer.scores(x.to(dtype), mask)
+    # e, r: (B, H, L, s) -> (B, L, H, s), indexed by the mask as y is.
+    for got, want in ((e, e_ref), (r, r_ref)):
+        got, want = got.transpose(1, 2)[mask], want.transpose(1, 2)[mask]
+        torch.testing.assert_close(got, want.to(dtype), atol=atol, rtol=0)
+
+
+def test_reference_primal_detects_an_unmasked_mean() -> None:
+    """The reference is sensitive to the mask: the public code's mean (ignoring m) differs."""
+    mask = padding_masks()
+    torch.manual_seed(1)
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, dtype=torch.float64)
+    with torch.no_grad():
+        y_masked, _, _ = reference_primal(make_primal(), x, mask)
+        y_unmasked, _, _ = reference_primal(make_primal(), x, torch.ones_like(mask))
+    assert (y_masked[1:][mask[1:]] - y_unmasked[1:][mask[1:]]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("dtype", "atol"),
+    DTYPES,
+)
+def test_ksvd_objective_matches_direct_loop(dtype: torch.dtype, atol: float) -> None:
+    gen = torch.Generator().manual_seed(3)
+    batch, heads, length, d, rank = 4, 3, 7, 5, 4
+    e = torch.randn(batch, heads, length, rank, generator=gen, dtype=torch.float64)
+    r = torch.randn(batch, heads, length, rank, generator=gen, dtype=torch.float64)
+    lam = torch.randn(heads, rank, generator=gen, dtype=torch.float64)
+    we = torch.randn(heads, d, rank, generator=gen, dtype=torch.float64)
+    wr = torch.randn(heads, d, rank, generator=gen, dtype=torch.float64)
+    mask = padding_masks(length)
+    j = ksvd_objective(*(t.to(dtype) for t in (e, r, lam, we, wr)), mask)
+    j_ref = reference_ksvd(e, r, lam, we, wr, mask)
+    assert j.shape == (batch,)
+    torch.testing.assert_close(j, j_ref.to(dtype), atol=atol, rtol=0)
+    # Padded tokens carry no weight: huge scores there change nothing.
+    e_pad = e.masked_fill(~mask[:, None, :, None], 1e3)
+    r_pad = r.masked_fill(~mask[:, None, :, None], -1e3)
+    j_pad = ksvd_objective(*(t.to(dtype) for t in (e_pad, r_pad, lam, we, wr)), mask)
+    torch.testing.assert_close(j_pad, j, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "atol"), [(torch.float32, 1e-5), (torch.float64, 1e-10)], ids=["float32", "float64"]
+)
+def test_causal_softmax_matches_direct_softmax(dtype: torch.dtype, atol: float) -> None:
+    layer = make_softmax(dtype)
+    mask = padding_masks()
+    torch.manual_seed(2)
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, dtype=torch.float64)
+    y, none = run(layer, x.to(dtype), mask)
+    assert none is None
+    with torch.no_grad():
+        y_ref = reference_softmax(make_softmax(dtype), x, mask)
+    assert torch.isfinite(y).all()
+    # Padded queries attend to themselves only; the formula covers every position.
+    torch.testing.assert_close(y, y_ref.to(dtype), atol=atol, rtol=0)
+
+
+# ----------------------------------------------------------------- causality and padding
+
+
+LAYERS = {"softmax": make_softmax, "primal": make_primal}
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+@pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
+def test_later_tokens_do_not_change_earlier_outputs(kind: str, padded: bool) -> None:
+    layer = LAYERS[kind]()
+    mask = padding_masks() if padded else torch.ones(4, LENGTH, dtype=torch.bool)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, generator=gen)
+    y, _ = run(layer, x, mask)
+    for i in (0, 2, 5, LENGTH - 2):
+        x_new = x.clone()
+        x_new[:, i + 1 :] = 10 * torch.randn(x_new[:, i + 1 :].shape, generator=gen)
+        y_new, _ = run(layer, x_new, mask)
+        torch.testing.assert_close(y_new[:, : i + 1], y[:, : i + 1], atol=1e-6, rtol=0)
+        # ... while the changed positions do change (the check can fail).
+        changed = mask[:, i + 1]
+        assert (y_new[changed, i + 1] - y[changed, i + 1]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_padded_tokens_do_not_change_real_outputs(kind: str) -> None:
+    layer = LAYERS[kind]()
+    mask = padding_masks()
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, generator=gen)
+    y, j = run(layer, x, mask)
+    for scale in (0.0, 1.0, 100.0):
+        x_new = x.clone()
+        x_new[~mask] = scale * torch.randn(x_new[~mask].shape, generator=gen)
+        y_new, j_new = run(layer, x_new, mask)
+        torch.testing.assert_close(y_new[mask], y[mask], atol=1e-6, rtol=0)
+        if kind == "primal":
+            torch.testing.assert_close(j_new, j, atol=1e-6, rtol=0)
+    # Control: changing one real token does change the real outputs after it (and J).
+    x_new = x.clone()
+    x_new[1, 5] += 3.0
+    y_new, j_new = run(layer, x_new, mask)
+    assert (y_new[1, 5:] - y[1, 5:]).abs().max() > 1e-3
+    if kind == "primal":
+        assert (j_new[1] - j[1]).abs() > 1e-6
+        torch.testing.assert_close(j_new[[0, 2, 3]], j[[0, 2, 3]], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_left_padding_gives_no_nan(kind: str) -> None:
+    layer = LAYERS[kind]()  # eval mode; gradients are checked too
+    mask = torch.ones(4, LENGTH, dtype=torch.bool)
+    mask[1, :1] = False
+    mask[2, :4] = False
+    mask[3, : LENGTH - 1] = False  # a single real token at the end
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, requires_grad=True)
+    y, j = layer(x, mask)
+    assert torch.isfinite(y).all()
+    loss = y[mask].pow(2).sum()
+    if kind == "primal":
+        assert torch.isfinite(j).all()
+        loss = loss + j.pow(2).sum()
+    loss.backward()
+    assert torch.isfinite(x.grad).all()
+    for name, param in layer.named_parameters():
+        assert param.grad is not None and torch.isfinite(param.grad).all(), name
+
+
+# ----------------------------------------------------------------------- no L x L tensors
+
+
+class ShapeRecorder(TorchDispatchMode):
+    """Records the shape of every tensor that goes into or comes out of an aten op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[str, tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for item in tree_flatten((args, kwargs, out))[0]:
+            if isinstance(item, Tensor):
+                self.shapes.append((str(func), tuple(item.shape)))
+        return out
+
+
+def square_tensors(shapes: list[tuple[str, tuple[int, ...]]], length: int) -> list:
+    """The recorded tensors with at least two dimensions of size >= length (an L x L)."""
+    return [(op, shape) for op, shape in shapes if sum(size >= length for size in shape) >= 2]
+
+
+def record_block(primal: bool, length: int) -> list[tuple[str, tuple[int, ...]]]:
+    torch.manual_seed(6)
+    config = ModelConfig(embed_dim=32, n_layer=1, n_head=2, primal_rank=8, dropout=0.1)
+    block = Block(config, primal=primal).train()
+    x = torch.randn(2, length, config.embed_dim, requires_grad=True)
+    mask = torch.ones(2, length, dtype=torch.bool)
+    mask[1, :100] = False
+    with ShapeRecorder() as recorder:
+        y, j = block(x, mask)
+        loss = y.pow(2).mean() + (j.pow(2).mean() if j is not None else 0.0)
+        loss.backward()
+    assert recorder.shapes
+    return recorder.shapes
+
+
+def test_primal_block_has_no_length_squared_tensor() -> None:
+    length = 512
+    shapes = record_block(primal=True, length=length)
+    # Backward ops were recorded too (the check covers the gradients).
+    assert any("backward" in op for op, _ in shapes)
+    assert square_tensors(shapes, length) == []
+
+
+def test_softmax_block_has_length_squared_tensor() -> None:
+    """The checker is shown to work: softmax attention builds an L x L mask and scores."""
+    length = 512
+    assert square_tensors(record_block(primal=False, length=length), length)
+
+
+def test_all_primal_decision_transformer_has_no_length_squared_tensor() -> None:
+    torch.manual_seed(7)
+    context = 171  # 3 * 171 = 513 tokens
+    config = ModelConfig(
+        embed_dim=32, n_layer=2, n_head=2, primal_rank=8, context_len=context, primal_blocks="all"
+    )
+    model = DecisionTransformer(config, state_dim=5, act_dim=3, max_timestep=1000).eval()
+    batch = 2
+    inputs = (
+        torch.randn(batch, context, 5),
+        torch.randn(batch, context, 3),
+        torch.randn(batch, context),
+        torch.arange(context).repeat(batch, 1),
+        torch.ones(batch, context, dtype=torch.bool),
+    )
+    with ShapeRecorder() as recorder, torch.no_grad():
+        model(*inputs)
+    assert square_tensors(recorder.shapes, 3 * context) == []
+    # The same model with softmax attention would be caught.
+    config.primal_blocks = "none"
+    model = DecisionTransformer(config, state_dim=5, act_dim=3, max_timestep=1000).eval()
+    with ShapeRecorder() as recorder, torch.no_grad():
+        model(*inputs)
+    assert square_tensors(recorder.shapes, 3 * context)

@@ -1,0 +1,129 @@
+"""train -> checkpoint -> eval through the command line, resume, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from primal_dt.checkpoint import load_checkpoint
+from primal_dt.cli import main
+
+
+def train_args(run_dir: Path, steps: int, *extra: str) -> list[str]:
+    args = ["train", "--env", "hopper-medium", "--offline", "--no-progress"]
+    args += ["--run-dir", str(run_dir), "--steps", str(steps), "--device", "cpu"]
+    for setting in (*TINY, *extra):
+        args += ["--set", setting]
+    return args
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
+
+
+def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    extra = ("train.eval_every=10", "eval.targets=[1800.0]", "train.ckpt_every=10")
+    assert main(train_args(run_dir, 20, *extra)) == 0
+    out = capsys.readouterr().out
+    assert "1800.0" in out and "D4RL" in out  # hopper-medium has no reference scores
+
+    logged = scalars(run_dir)
+    for tag in ("action_loss", "ksvd_loss", "loss", "lr", "grad_norm", "steps_per_sec"):
+        assert [step for step, _ in logged[f"train/{tag}"]] == [5, 10, 15, 20], tag
+    assert [step for step, _ in logged["eval/1800/normalized_return"]] == [10, 20]
+    assert [step for step, _ in logged["eval/1800/return"]] == [10, 20]
+    assert all(value > 0 for _, value in logged["train/ksvd_loss"])  # primal-dt config: last block
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
+
+    ckpt = load_checkpoint(run_dir / "ckpt.pt")
+    assert ckpt["step"] == 20
+    assert ckpt["task"]["env_id"] == "Hopper-v5"
+    assert ckpt["task"]["reference"] == {
+        "random": -20.272305,
+        "expert": 3234.3,
+        "source": "D4RL reference scores (Fu et al. 2020), measured on Hopper-v2: approximate for v5",
+    }
+    assert ckpt["config"]["model"]["primal_blocks"] == "last"
+    assert ckpt["config"]["model"]["embed_dim"] == 32
+    assert ckpt["state_mean"].shape == (11,)
+
+    assert main(["eval", "--ckpt", str(run_dir), "--episodes", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["task"] == "hopper-medium"
+    (result,) = [r for r in report["results"] if r["target"] == 1800.0]
+    assert result["episodes"] == 2
+    for key in ("return_mean", "return_std", "normalized_mean", "normalized_std"):
+        assert isinstance(result[key], float)
+    # Evaluation during training used the same seed (0) and episodes: same numbers.
+    logged_return = logged["eval/1800/return"][-1][1]
+    assert result["return_mean"] == pytest.approx(logged_return, rel=1e-5)
+
+    assert main(["eval", "--ckpt", str(run_dir / "ckpt.pt"), "--episodes", "1"]) == 0
+    table = capsys.readouterr().out
+    assert "normalized" in table and "reference scores" in table and "1800.0" in table
+
+
+def test_resume_continues_exactly_where_the_run_stopped(minari_root, tmp_path) -> None:
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert main(train_args(straight, 30)) == 0
+    assert main(train_args(resumed, 15)) == 0
+    assert load_checkpoint(resumed)["step"] == 15
+    assert main(["train", "--resume", str(resumed), "--steps", "30", "--no-progress"]) == 0
+    a, b = load_checkpoint(straight), load_checkpoint(resumed)
+    assert b["step"] == 30
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert scalars(straight)["train/action_loss"] == scalars(resumed)["train/action_loss"]
+
+
+def test_console_script_and_errors(minari_root, tmp_path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "primal_dt.cli", *args], capture_output=True, text=True
+        )
+
+    cases = {
+        ("train", "--env", "halfcheetah-mediocre"): "unknown task 'halfcheetah-mediocre'",
+        ("train", "--env", "walker2d-medium", "--offline"): "mujoco/walker2d/medium-v0 not found",
+        ("train", "--env", "hopper-medium", "--set", "train.nope=1"): "unknown config key",
+        ("train", "--env", "hopper-medium", "--set", "train.lr=fast"): "train.lr must be a number",
+        ("train", "--env", "hopper-medium", "--set", "model.n_head=3"): "divisible",
+        ("train", "--env", "hopper-medium", "--set", "lr"): "--set expects key=value",
+        ("eval", "--ckpt", str(tmp_path / "nothing.pt")): "does not exist",
+        ("eval", "--ckpt", str(tmp_path)): "not a primal-dt run directory",
+    }
+    for args, message in cases.items():
+        result = run(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert lines[-1].startswith("primal-dt: error: "), (args, result.stderr)
+        assert message in lines[-1], (args, lines[-1])
+        assert "Traceback" not in result.stderr
+
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"not a checkpoint at all")
+    result = run("eval", "--ckpt", str(corrupt))
+    assert result.returncode == 2 and "not a loadable primal-dt checkpoint" in result.stderr
+
+
+def test_a_run_directory_is_never_overwritten(minari_root, tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 5)) == 0
+    before = (run_dir / "ckpt.pt").read_bytes()
+    assert main(train_args(run_dir, 5)) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert (run_dir / "ckpt.pt").read_bytes() == before

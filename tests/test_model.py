@@ -1,0 +1,243 @@
+"""The Decision Transformer (DESIGN.md section 3) with softmax, Primal or mixed attention blocks.
+
+Checked through the whole model: causality at the timestep level (and inside a timestep: a_t is
+predicted before a_t is seen), independence from padded steps, the KSVD loss (zero without Primal
+blocks, else the mean over Primal blocks of mean_B(J^2)), and the model configuration.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from primal_dt.attention import CausalSelfAttention, PrimalAttention
+from primal_dt.config import ModelConfig
+from primal_dt.errors import ConfigError
+from primal_dt.model import DecisionTransformer
+
+STATE_DIM, ACT_DIM, MAX_T, K, BATCH = 5, 3, 50, 6, 3
+PRIMAL_CHOICES = ["none", "last", "all", [0]]
+IDS = ["none", "last", "all", "first"]
+
+
+def make_model(primal_blocks: str | list[int], seed: int = 0) -> DecisionTransformer:
+    torch.manual_seed(seed)
+    config = ModelConfig(
+        embed_dim=32,
+        n_layer=3,
+        n_head=2,
+        dropout=0.1,
+        context_len=K,
+        primal_blocks=primal_blocks,
+        primal_rank=8,
+    )
+    config.validate()
+    return DecisionTransformer(config, STATE_DIM, ACT_DIM, MAX_T).eval()
+
+
+def make_batch(seed: int = 1, mask: Tensor | None = None) -> dict[str, Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "states": torch.randn(BATCH, K, STATE_DIM, generator=gen),
+        "actions": torch.rand(BATCH, K, ACT_DIM, generator=gen) * 2 - 1,
+        "returns_to_go": torch.randn(BATCH, K, generator=gen),
+        "timesteps": torch.randint(0, MAX_T - K, (BATCH, 1), generator=gen) + torch.arange(K),
+        "mask": torch.ones(BATCH, K, dtype=torch.bool) if mask is None else mask,
+    }
+
+
+def left_padding_mask() -> Tensor:
+    mask = torch.ones(BATCH, K, dtype=torch.bool)
+    mask[1, :2] = False
+    mask[2, : K - 1] = False  # one real step
+    return mask
+
+
+def predict(model: DecisionTransformer, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    with torch.no_grad():
+        return model(**batch)
+
+
+def resample(batch: dict[str, Tensor], where: Tensor, gen: torch.Generator) -> dict[str, Tensor]:
+    """A copy of batch with new states, actions, returns-to-go and timesteps where (B, K) is true."""
+    new = {name: value.clone() for name, value in batch.items()}
+    n = int(where.sum())
+    new["states"][where] = 5 * torch.randn(n, STATE_DIM, generator=gen)
+    new["actions"][where] = torch.rand(n, ACT_DIM, generator=gen) * 2 - 1
+    new["returns_to_go"][where] = 5 * torch.randn(n, generator=gen)
+    new["timesteps"][where] = torch.randint(0, MAX_T, (n,), generator=gen)
+    return new
+
+
+# ------------------------------------------------------------------------------ causality
+
+
+@pytest.mark.parametrize("primal_blocks", PRIMAL_CHOICES, ids=IDS)
+def test_later_timesteps_do_not_change_earlier_predictions(primal_blocks) -> None:
+    model = make_model(primal_blocks)
+    batch = make_batch()
+    predicted, _ = predict(model, batch)
+    assert predicted.shape == (BATCH, K, ACT_DIM)
+    gen = torch.Generator().manual_seed(2)
+    for t in range(K - 1):
+        later = torch.zeros(BATCH, K, dtype=torch.bool)
+        later[:, t + 1 :] = True
+        new_predicted, _ = predict(model, resample(batch, later, gen))
+        torch.testing.assert_close(
+            new_predicted[:, : t + 1], predicted[:, : t + 1], atol=1e-6, rtol=0
+        )
+        # Control: the resampled steps' predictions do change.
+        assert (new_predicted[:, t + 1 :] - predicted[:, t + 1 :]).abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("primal_blocks", PRIMAL_CHOICES, ids=IDS)
+def test_action_at_t_is_not_seen_by_its_own_prediction(primal_blocks) -> None:
+    model = make_model(primal_blocks)
+    batch = make_batch()
+    predicted, _ = predict(model, batch)
+    gen = torch.Generator().manual_seed(3)
+    for t in range(K):
+        new = {name: value.clone() for name, value in batch.items()}
+        new["actions"][:, t] = torch.rand(BATCH, ACT_DIM, generator=gen) * 2 - 1
+        new_predicted, _ = predict(model, new)
+        torch.testing.assert_close(
+            new_predicted[:, : t + 1], predicted[:, : t + 1], atol=1e-6, rtol=0
+        )
+        if t < K - 1:  # control: a_t is seen by the next prediction
+            assert (new_predicted[:, t + 1] - predicted[:, t + 1]).abs().max() > 1e-5
+    # Control: the state s_t is seen by the prediction at t.
+    new = {name: value.clone() for name, value in batch.items()}
+    new["states"][:, 2] += 3.0
+    new_predicted, _ = predict(model, new)
+    assert (new_predicted[:, 2] - predicted[:, 2]).abs().max() > 1e-5
+
+
+# -------------------------------------------------------------------------------- padding
+
+
+@pytest.mark.parametrize("primal_blocks", PRIMAL_CHOICES, ids=IDS)
+def test_padded_steps_change_neither_predictions_nor_ksvd_loss(primal_blocks) -> None:
+    model = make_model(primal_blocks)
+    mask = left_padding_mask()
+    batch = make_batch(mask=mask)
+    predicted, ksvd = predict(model, batch)
+    assert torch.isfinite(predicted).all()
+    assert torch.isfinite(ksvd)
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(3):
+        new_predicted, new_ksvd = predict(model, resample(batch, ~mask, gen))
+        torch.testing.assert_close(new_predicted[mask], predicted[mask], atol=1e-6, rtol=0)
+        torch.testing.assert_close(new_ksvd, ksvd, atol=1e-7, rtol=1e-6)
+    # Control: the same change with the mask off does change the predictions at real steps.
+    unmasked = {**batch, "mask": torch.ones_like(mask)}
+    changed = resample(unmasked, ~mask, gen)
+    changed_predicted, _ = predict(model, changed)
+    reference, _ = predict(model, unmasked)
+    assert (changed_predicted[mask] - reference[mask]).abs().max() > 1e-5
+
+
+def test_left_padding_gives_finite_gradients() -> None:
+    model = make_model("all").train()
+    mask = left_padding_mask()
+    batch = make_batch(mask=mask)
+    predicted, ksvd = model(**batch)
+    loss = (predicted - batch["actions"])[mask].pow(2).mean() + 0.05 * ksvd
+    loss.backward()
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            assert torch.isfinite(param.grad).all(), name
+
+
+# ------------------------------------------------------------------------------ KSVD loss
+
+
+def test_ksvd_loss_is_zero_without_primal_blocks() -> None:
+    model = make_model("none")
+    _, ksvd = predict(model, make_batch())
+    assert isinstance(ksvd, Tensor)
+    assert ksvd.shape == ()
+    assert torch.equal(ksvd, torch.zeros(()))
+
+
+@pytest.mark.parametrize("primal_blocks", ["last", "all", [0], [2, 0]], ids=str)
+@pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
+def test_ksvd_loss_is_mean_over_primal_blocks_of_mean_j_squared(primal_blocks, padded) -> None:
+    model = make_model(primal_blocks)
+    js: list[Tensor] = []
+
+    def keep_j(module, inputs, output) -> None:
+        y, j = output
+        assert j.shape == (BATCH,)
+        js.append(j)
+
+    primal = [m for m in model.modules() if isinstance(m, PrimalAttention)]
+    assert len(primal) == len(model.config.primal_indices())
+    handles = [m.register_forward_hook(keep_j) for m in primal]
+    try:
+        _, ksvd = predict(model, make_batch(mask=left_padding_mask() if padded else None))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert len(js) == len(primal)
+    expected = torch.stack([j.pow(2).mean() for j in js]).mean()
+    assert ksvd.shape == ()
+    assert ksvd.item() > 0
+    torch.testing.assert_close(ksvd, expected, atol=1e-7, rtol=1e-6)
+
+
+def test_ksvd_loss_reaches_primal_parameters() -> None:
+    model = make_model("last")
+    _, ksvd = model(**make_batch())
+    ksvd.backward()
+    attn = model.blocks[2].attn
+    for param in (attn.we, attn.wr, attn.lam):
+        assert param.grad is not None and param.grad.abs().max() > 0
+
+
+# ---------------------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize(
+    ("primal_blocks", "expected"),
+    [("none", []), ("last", [2]), ("all", [0, 1, 2]), ([2, 0, 2], [0, 2]), ([1], [1])],
+    ids=["none", "last", "all", "list-dup", "middle"],
+)
+def test_primal_indices_and_blocks(primal_blocks, expected) -> None:
+    config = ModelConfig(embed_dim=32, n_layer=3, n_head=2, primal_rank=8, context_len=K)
+    config.primal_blocks = primal_blocks
+    config.validate()
+    assert config.primal_indices() == expected
+    model = DecisionTransformer(config, STATE_DIM, ACT_DIM, MAX_T)
+    for i, block in enumerate(model.blocks):
+        if i in expected:
+            assert isinstance(block.attn, PrimalAttention), i
+            assert block.attn.we.shape == (2, 16, 8)
+        else:
+            assert isinstance(block.attn, CausalSelfAttention), i
+
+
+def test_primal_indices_last_follows_n_layer() -> None:
+    assert ModelConfig(n_layer=5, primal_blocks="last").primal_indices() == [4]
+    assert ModelConfig(n_layer=1, primal_blocks="all").primal_indices() == [0]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"embed_dim": 30, "n_head": 4},
+        {"primal_blocks": [3]},
+        {"primal_blocks": [0, 3]},
+        {"primal_blocks": [-1]},
+        {"primal_blocks": "first"},
+        {"primal_blocks": "Last"},
+    ],
+    ids=["indivisible", "index-3", "index-0-3", "index-neg", "unknown", "case"],
+)
+def test_validate_rejects_bad_model_config(overrides) -> None:
+    config = ModelConfig(embed_dim=32, n_layer=3, n_head=2, primal_rank=8, context_len=K)
+    config.validate()  # the base is fine
+    for name, value in overrides.items():
+        setattr(config, name, value)
+    with pytest.raises(ConfigError):
+        config.validate()
