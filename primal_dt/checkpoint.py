@@ -20,6 +20,7 @@ from primal_dt.errors import CheckpointError
 FORMAT = "primal-dt-checkpoint"
 VERSION = 1
 CHECKPOINT_NAME = "ckpt.pt"
+BEST_NAME = "best.pt"
 REQUIRED_KEYS = ("step", "config", "task", "dims", "state_mean", "state_std", "model")
 
 

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except PrimalDTError as err:
         print(f"primal-dt: error: {err}", file=sys.stderr)
-        return 2
+        return err.exit_code
     except KeyboardInterrupt:
         print("primal-dt: interrupted", file=sys.stderr)
         return 130

@@ -80,11 +80,18 @@ class TrainConfig:
     log_every: int = 100
     eval_every: int = 10_000  # 0 disables evaluation during training
     ckpt_every: int = 10_000
+    keep_checkpoints: int = 3  # step checkpoints kept in checkpoints/ besides ckpt.pt and best.pt
 
     def validate(self) -> None:
         _positive(self, "train", "steps", "batch_size", "log_every", "ckpt_every")
         _positive(self, "train", "lr", "return_scale", "grad_clip")
-        for name in ("weight_decay", "ksvd_weight", "warmup_steps", "eval_every"):
+        for name in (
+            "weight_decay",
+            "ksvd_weight",
+            "warmup_steps",
+            "eval_every",
+            "keep_checkpoints",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):

@@ -154,6 +154,19 @@ def _read_episodes(dataset: Any, dataset_id: str) -> list[Episode]:
     return episodes
 
 
+def _check_spaces(episodes: list[Episode], env: Any, dataset_id: str) -> list[Episode]:
+    """The episodes must fit the environment the policy will be evaluated in."""
+    expected = (env.observation_space.shape, env.action_space.shape)
+    for episode in episodes:
+        found = (episode.observations.shape[1:], episode.actions.shape[1:])
+        if found != expected:
+            raise DatasetError(
+                f"dataset {dataset_id} has observations/actions of shape {found[0]}/{found[1]} "
+                f"but its environment {env.spec.id} has {expected[0]}/{expected[1]}"
+            )
+    return episodes
+
+
 def _reference_scores(dataset: Any, env: EnvInfo | None, dataset_id: str) -> ReferenceScores | None:
     """The dataset's own ref_min_score/ref_max_score first, else the envs/ constants."""
     metadata = dataset.storage.metadata
@@ -173,7 +186,9 @@ def load_task_data(task: Task, download: bool) -> TaskData:
     quiet_mujoco_warnings()
     for dataset_id in task.dataset_ids:
         dataset = open_dataset(dataset_id, download)
-        spec = dataset.recover_environment(eval_env=True).spec
+        env_instance = dataset.recover_environment(eval_env=True)
+        spec = env_instance.spec
+        env_instance.close()
         if env_spec is not None and spec.id != env_spec.id:
             raise DatasetError(
                 f"datasets {', '.join(task.dataset_ids)} are for different environments "
@@ -182,7 +197,9 @@ def load_task_data(task: Task, download: bool) -> TaskData:
         env_spec = spec
         env = task.env or env_for_gym_id(spec.id)
         reference = reference or _reference_scores(dataset, env, dataset_id)
-        episodes.extend(_read_episodes(dataset, dataset_id))
+        episodes.extend(
+            _check_spaces(_read_episodes(dataset, dataset_id), env_instance, dataset_id)
+        )
     assert env_spec is not None
     env = task.env or env_for_gym_id(env_spec.id)
     dims = {(ep.observations.shape[1], ep.actions.shape[1]) for ep in episodes}

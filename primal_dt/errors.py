@@ -4,6 +4,8 @@
 class PrimalDTError(Exception):
     """Bad input or a missing resource, with a message that says how to fix it."""
 
+    exit_code = 2
+
 
 class ConfigError(PrimalDTError):
     """A config file or --set override that is wrong."""

@@ -171,6 +171,7 @@ def load_policy(path: str, device: torch.device) -> tuple[Policy, EnvSetup, dict
         raise CheckpointError(
             f"checkpoint {path} does not match this primal-dt: {reason}"
         ) from None
+    check_env_matches(setup, dims["state_dim"], dims["act_dim"], f"checkpoint {path}")
     policy = Policy(
         model=model,
         state_mean=ckpt["state_mean"].to(device),
@@ -179,6 +180,23 @@ def load_policy(path: str, device: torch.device) -> tuple[Policy, EnvSetup, dict
         device=device,
     )
     return policy, setup, ckpt
+
+
+def check_env_matches(setup: EnvSetup, state_dim: int, act_dim: int, what: str) -> None:
+    """A model for S states and A actions can only act in an environment with those sizes."""
+    try:
+        env = make_env(setup.env_id, setup.max_episode_steps, **setup.env_kwargs)
+    except Exception as err:  # unknown id, bad kwargs, missing MuJoCo...
+        raise CheckpointError(
+            f"{what}: cannot make its environment {setup.env_id}: {err}"
+        ) from None
+    found = (env.observation_space.shape, env.action_space.shape)
+    env.close()
+    if found != ((state_dim,), (act_dim,)):
+        raise CheckpointError(
+            f"{what} is for states/actions of size {state_dim}/{act_dim}, but its environment "
+            f"{setup.env_id} has shapes {found[0]}/{found[1]}"
+        )
 
 
 def format_table(task: str, results: list[TargetResult], reference: ReferenceScores | None) -> str:

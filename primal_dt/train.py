@@ -12,6 +12,9 @@ import json
 import math
 import random
 import re
+import shutil
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +26,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm.auto import tqdm
 
-from primal_dt.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from primal_dt.checkpoint import BEST_NAME, CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from primal_dt.config import Config, config_from_dict
 from primal_dt.data import Batch, TaskData, WindowSampler, load_task_data
 from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError
@@ -33,7 +36,40 @@ from primal_dt.tasks import Task, env_for_gym_id
 
 
 class TrainingDiverged(PrimalDTError):
-    """The loss became NaN or infinite."""
+    """The loss or the gradients became NaN or infinite."""
+
+
+class TrainingInterrupted(PrimalDTError):
+    """SIGINT or SIGTERM stopped the run after saving a checkpoint."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+class StopSignals:
+    """Turn SIGINT/SIGTERM into a request to stop after the current step, so the loop can save a
+    checkpoint and flush its logs instead of dying halfway through a write. A second signal
+    interrupts at once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -80,6 +116,7 @@ class Trainer:
     state_mean: np.ndarray
     state_std: np.ndarray
     step: int = 0
+    best_score: float = -math.inf  # best evaluation so far (normalised, or raw return), for best.pt
 
     @classmethod
     def create(cls, config: Config, data: TaskData, run_dir: Path) -> Trainer:
@@ -138,31 +175,43 @@ class Trainer:
             else {"random": ref.random, "expert": ref.expert, "source": ref.source},
         }
 
-    def save(self) -> Path:
-        path = self.run_dir / CHECKPOINT_NAME
-        save_checkpoint(
-            path,
-            {
-                "step": self.step,
-                "config": self.config.to_dict(),
-                "task": self.task_record(),
-                "dims": {
-                    "state_dim": self.model.state_dim,
-                    "act_dim": self.model.act_dim,
-                    "max_timestep": self.model.max_timestep,
-                },
-                "state_mean": torch.as_tensor(self.state_mean),
-                "state_std": torch.as_tensor(self.state_std),
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "sampler": self.sampler.state_dict(),
-                "rng": {
-                    "torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                },
+    def payload(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "best_score": self.best_score,
+            "config": self.config.to_dict(),
+            "task": self.task_record(),
+            "dims": {
+                "state_dim": self.model.state_dim,
+                "act_dim": self.model.act_dim,
+                "max_timestep": self.model.max_timestep,
             },
-        )
+            "state_mean": torch.as_tensor(self.state_mean),
+            "state_std": torch.as_tensor(self.state_std),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+        }
+
+    def save(self) -> Path:
+        """ckpt.pt (the latest), and checkpoints/step_N.pt keeping the newest keep_checkpoints."""
+        path = self.run_dir / CHECKPOINT_NAME
+        save_checkpoint(path, self.payload())
+        keep = self.config.train.keep_checkpoints
+        if keep:
+            folder = self.run_dir / "checkpoints"
+            folder.mkdir(exist_ok=True)
+            copy = folder / f"step_{self.step:08d}.pt"
+            tmp = folder / f".{copy.name}.tmp"
+            shutil.copyfile(path, tmp)
+            tmp.replace(copy)
+            for old in sorted(folder.glob("step_*.pt"))[:-keep]:
+                old.unlink()
         return path
 
     def restore(self, ckpt: dict[str, Any]) -> None:
@@ -187,6 +236,7 @@ class Trainer:
         if ckpt["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
         self.step = int(ckpt["step"])
+        self.best_score = float(ckpt.get("best_score", -math.inf))
 
     # --- evaluation --------------------------------------------------------------------------
 
@@ -248,40 +298,61 @@ class Trainer:
             total=cfg.steps, initial=self.step, disable=not progress, desc=self.data.task.name,
             unit="step", dynamic_ncols=True,
         )  # fmt: skip
-        try:
-            while self.step < cfg.steps:
-                batch = self.sampler.sample(cfg.batch_size)
-                sums += torch.stack(self.train_step(batch))
-                count += 1
-                self.step += 1
-                bar.update(1)
-                final = self.step == cfg.steps
-                if self.step % cfg.log_every == 0 or final:
-                    now = time.perf_counter()
-                    self._log_train(writer, sums / count, count / (now - tick), bar)
-                    sums.zero_()
-                    count, tick = 0, now
-                if cfg.eval_every and (self.step % cfg.eval_every == 0 or final):
-                    last_eval = self.evaluate()
-                    self._log_eval(writer, last_eval, bar, final)
-                    tick = time.perf_counter()  # evaluation time is not training time
-                if self.step % cfg.ckpt_every == 0 or final:
-                    self.save()
-        finally:
-            bar.close()
-            writer.close()
+        stop = StopSignals()
+        with stop:
+            try:
+                while self.step < cfg.steps:
+                    batch = self.sampler.sample(cfg.batch_size)
+                    sums += torch.stack(self.train_step(batch))
+                    count += 1
+                    self.step += 1
+                    bar.update(1)
+                    final = self.step == cfg.steps
+                    if self.step % cfg.log_every == 0 or final:
+                        self._check_finite(sums)
+                        now = time.perf_counter()
+                        self._log_train(writer, sums / count, count / (now - tick), bar)
+                        sums.zero_()
+                        count, tick = 0, now
+                    if cfg.eval_every and (self.step % cfg.eval_every == 0 or final):
+                        last_eval = self.evaluate()
+                        self._log_eval(writer, last_eval, bar, final)
+                        tick = time.perf_counter()  # evaluation time is not training time
+                    if self.step % cfg.ckpt_every == 0 or final or stop.signum is not None:
+                        self._check_finite(sums)  # never save a diverged model
+                        self.save()
+                    if stop.signum is not None:
+                        name = signal.Signals(stop.signum).name
+                        raise TrainingInterrupted(
+                            f"stopped by {name} at step {self.step}; checkpoint saved to "
+                            f"{self.run_dir / CHECKPOINT_NAME}; continue with: "
+                            f"primal-dt train --resume {self.run_dir}",
+                            stop.signum,
+                        )
+            finally:
+                bar.close()
+                writer.close()
         return last_eval
+
+    def _check_finite(self, sums: torch.Tensor) -> None:
+        if not torch.isfinite(sums).all():
+            act, ksvd, grad_norm = sums.tolist()
+            ckpt = self.run_dir / CHECKPOINT_NAME
+            kept = (
+                f"the last good checkpoint, {ckpt}, is kept"
+                if ckpt.exists()
+                else "no checkpoint had been saved yet"
+            )
+            raise TrainingDiverged(
+                f"training diverged before step {self.step} (action loss {act}, KSVD loss {ksvd}, "
+                f"gradient norm {grad_norm}); {kept}; try a lower train.lr"
+            )
 
     def _log_train(
         self, writer: SummaryWriter, means: torch.Tensor, steps_per_sec: float, bar: tqdm
     ) -> None:
         act, ksvd, grad_norm = means.tolist()
         total = act + self.config.train.ksvd_weight * ksvd
-        if not math.isfinite(total):
-            raise TrainingDiverged(
-                f"the loss became {total} at step {self.step}; the last good checkpoint is "
-                f"{self.run_dir / CHECKPOINT_NAME} (try a lower train.lr)"
-            )
         scalars = {
             "train/action_loss": act,
             "train/ksvd_loss": ksvd,
@@ -311,6 +382,10 @@ class Trainer:
             log.write(json.dumps({"step": self.step, "results": [r.summary() for r in results]}))
             log.write("\n")
         score = best["normalized_mean"]
+        value = score if score is not None else best["return_mean"]
+        if value > self.best_score:
+            self.best_score = value
+            save_checkpoint(self.run_dir / BEST_NAME, self.payload())
         shown = f"{score:.1f}" if score is not None else f"R={best['return_mean']:.0f}"
         bar.write(f"step {self.step}: evaluation " + ", ".join(
             f"target {r.target:g}: return {r.summary()['return_mean']:.1f}" for r in results
