@@ -6,14 +6,31 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from primal_dt.errors import PrimalDTError
 
+if TYPE_CHECKING:
+    from primal_dt.train import Trainer
+
 
 def _train(args: argparse.Namespace) -> int:
+    from primal_dt.evaluate import format_table
+    from primal_dt.train import StopSignals
+
+    with StopSignals() as stop:  # a signal while the data loads still ends with a checkpoint
+        trainer = _make_trainer(args)
+        print(f"run directory: {trainer.run_dir}", file=sys.stderr)
+        results = trainer.run(progress=not args.no_progress, stop=stop)
+    if results:
+        print(format_table(trainer.data.task.name, results, trainer.data.reference))
+    print(f"checkpoint: {trainer.run_dir / 'ckpt.pt'}", file=sys.stderr)
+    return 0
+
+
+def _make_trainer(args: argparse.Namespace) -> Trainer:
     from primal_dt.config import load_config, named_config_path
     from primal_dt.errors import ConfigError
-    from primal_dt.evaluate import format_table
     from primal_dt.tasks import dataset_task, resolve_task
     from primal_dt.train import default_run_dir, resume_run, start_run
 
@@ -23,32 +40,25 @@ def _train(args: argparse.Namespace) -> int:
                 "--resume continues a run with its saved task and config; only --steps, "
                 "--offline and --no-progress may be given with it"
             )
-        trainer = resume_run(Path(args.resume), args.steps, False if args.offline else None)
-    else:
-        if bool(args.env) == bool(args.dataset):
-            raise ConfigError(
-                "give exactly one of --env TASK (e.g. halfcheetah-medium) or --dataset ID"
-            )
-        task = resolve_task(args.env) if args.env else dataset_task(args.dataset)
-        config_file = named_config_path(args.config or "primal-dt")
-        overrides = list(args.set or [])
-        for key, value in (("train.steps", args.steps), ("train.seed", args.seed),
-                           ("train.device", args.device)):  # fmt: skip
-            if value is not None:
-                overrides.append(f"{key}={json.dumps(value)}")
-        if args.offline:
-            overrides.append("data.download=false")
-        config = load_config(config_file, overrides, task=task.name)
-        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(
-            task.name, config_file.stem, config.train.seed
-        )  # fmt: skip
-        trainer = start_run(config, task, run_dir)
-    print(f"run directory: {trainer.run_dir}", file=sys.stderr)
-    results = trainer.run(progress=not args.no_progress)
-    if results:
-        print(format_table(trainer.data.task.name, results, trainer.data.reference))
-    print(f"checkpoint: {trainer.run_dir / 'ckpt.pt'}", file=sys.stderr)
-    return 0
+        return resume_run(Path(args.resume), args.steps, False if args.offline else None)
+    if bool(args.env) == bool(args.dataset):
+        raise ConfigError(
+            "give exactly one of --env TASK (e.g. halfcheetah-medium) or --dataset ID"
+        )
+    task = resolve_task(args.env) if args.env else dataset_task(args.dataset)
+    config_file = named_config_path(args.config or "primal-dt")
+    overrides = list(args.set or [])
+    for key, value in (("train.steps", args.steps), ("train.seed", args.seed),
+                       ("train.device", args.device)):  # fmt: skip
+        if value is not None:
+            overrides.append(f"{key}={json.dumps(value)}")
+    if args.offline:
+        overrides.append("data.download=false")
+    config = load_config(config_file, overrides, task=task.name)
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(
+        task.name, config_file.stem, config.train.seed
+    )  # fmt: skip
+    return start_run(config, task, run_dir)
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -62,7 +62,7 @@ class StopSignals:
         self.signum = signum
 
     def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
+        if not self._previous and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
@@ -70,6 +70,7 @@ class StopSignals:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        self._previous = {}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -117,6 +118,14 @@ class Trainer:
     state_std: np.ndarray
     step: int = 0
     best_score: float = -math.inf  # best evaluation so far (normalised, or raw return), for best.pt
+    # Sums of (action loss, KSVD loss, grad norm) since the last log, and their count: saved in
+    # checkpoints so a run stopped between two logs logs the same averages after resuming.
+    pending: torch.Tensor | None = None
+    pending_count: int = 0
+
+    def __post_init__(self) -> None:
+        if self.pending is None:
+            self.pending = torch.zeros(3, device=self.device)
 
     @classmethod
     def create(cls, config: Config, data: TaskData, run_dir: Path) -> Trainer:
@@ -179,6 +188,7 @@ class Trainer:
         return {
             "step": self.step,
             "best_score": self.best_score,
+            "pending_log": {"sums": self.pending.cpu(), "count": self.pending_count},
             "config": self.config.to_dict(),
             "task": self.task_record(),
             "dims": {
@@ -237,6 +247,9 @@ class Trainer:
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
         self.step = int(ckpt["step"])
         self.best_score = float(ckpt.get("best_score", -math.inf))
+        if "pending_log" in ckpt:
+            self.pending = ckpt["pending_log"]["sums"].to(self.device)
+            self.pending_count = int(ckpt["pending_log"]["count"])
 
     # --- evaluation --------------------------------------------------------------------------
 
@@ -283,43 +296,46 @@ class Trainer:
         self.scheduler.step()
         return act_loss.detach(), ksvd.detach().float(), grad_norm.detach()
 
-    def run(self, progress: bool = True) -> list[TargetResult]:
-        """Train to config.train.steps; returns the last evaluation (empty if evaluation is off)."""
+    def run(self, progress: bool = True, stop: StopSignals | None = None) -> list[TargetResult]:
+        """Train to config.train.steps; returns the last evaluation (empty if evaluation is off).
+
+        SIGINT/SIGTERM stop it after the current step with a checkpoint saved; pass `stop` to
+        catch signals that come earlier (while the data loads).
+        """
         cfg = self.config.train
         # On resume, drop any events logged after the checkpoint by the interrupted process.
         writer = SummaryWriter(str(self.run_dir), purge_step=self.step + 1 if self.step else None)
         if self.step == 0:
             self._write_hparams(writer)
-        sums = torch.zeros(3, device=self.device)
-        count = 0
         last_eval: list[TargetResult] = []
         tick = time.perf_counter()
         bar = tqdm(
             total=cfg.steps, initial=self.step, disable=not progress, desc=self.data.task.name,
             unit="step", dynamic_ncols=True,
         )  # fmt: skip
-        stop = StopSignals()
+        stop = stop or StopSignals()
         with stop:
             try:
                 while self.step < cfg.steps:
                     batch = self.sampler.sample(cfg.batch_size)
-                    sums += torch.stack(self.train_step(batch))
-                    count += 1
+                    self.pending += torch.stack(self.train_step(batch))
+                    self.pending_count += 1
                     self.step += 1
                     bar.update(1)
                     final = self.step == cfg.steps
                     if self.step % cfg.log_every == 0 or final:
-                        self._check_finite(sums)
+                        self._check_finite()
                         now = time.perf_counter()
-                        self._log_train(writer, sums / count, count / (now - tick), bar)
-                        sums.zero_()
-                        count, tick = 0, now
+                        rate = self.pending_count / (now - tick)
+                        self._log_train(writer, self.pending / self.pending_count, rate, bar)
+                        self.pending.zero_()
+                        self.pending_count, tick = 0, now
                     if cfg.eval_every and (self.step % cfg.eval_every == 0 or final):
                         last_eval = self.evaluate()
                         self._log_eval(writer, last_eval, bar, final)
                         tick = time.perf_counter()  # evaluation time is not training time
                     if self.step % cfg.ckpt_every == 0 or final or stop.signum is not None:
-                        self._check_finite(sums)  # never save a diverged model
+                        self._check_finite()  # never save a diverged model
                         self.save()
                     if stop.signum is not None:
                         name = signal.Signals(stop.signum).name
@@ -334,9 +350,9 @@ class Trainer:
                 writer.close()
         return last_eval
 
-    def _check_finite(self, sums: torch.Tensor) -> None:
-        if not torch.isfinite(sums).all():
-            act, ksvd, grad_norm = sums.tolist()
+    def _check_finite(self) -> None:
+        if not torch.isfinite(self.pending).all():
+            act, ksvd, grad_norm = self.pending.tolist()
             ckpt = self.run_dir / CHECKPOINT_NAME
             kept = (
                 f"the last good checkpoint, {ckpt}, is kept"

@@ -1,0 +1,151 @@
+"""Never lose a run, never execute a checkpoint, reject bad input clearly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from test_cli import scalars, train_args
+
+from primal_dt.checkpoint import load_checkpoint, save_checkpoint
+from primal_dt.cli import main
+from primal_dt.recording import random_policy, record_episodes, write_dataset
+
+EXACT_TAGS = ("train/action_loss", "train/ksvd_loss", "train/loss", "train/lr", "train/grad_norm")
+
+
+def test_sigterm_saves_and_resume_equals_an_uninterrupted_run(minari_root, tmp_path) -> None:
+    steps = 1500
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    args = train_args(killed, steps, "train.ckpt_every=100000")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "primal_dt.cli", *args], stderr=subprocess.PIPE, text=True
+    )
+    lines = []
+    for line in process.stderr:  # training starts right after this line
+        lines.append(line)
+        if line.startswith("run directory:"):
+            break
+    time.sleep(1.0)  # into the training loop (a signal before it would stop at step 1)
+    process.send_signal(signal.SIGTERM)
+    lines += process.stderr.readlines()
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM, "".join(lines)
+    message = lines[-1]
+    assert "stopped by SIGTERM" in message and f"primal-dt train --resume {killed}" in message
+    stopped_at = load_checkpoint(killed)["step"]
+    assert 0 < stopped_at < steps, "the signal came too late to test an interruption"
+
+    assert main(["train", "--resume", str(killed), "--no-progress"]) == 0
+    assert main(train_args(straight, steps, "train.ckpt_every=100000")) == 0
+    a, b = load_checkpoint(straight), load_checkpoint(killed)
+    assert a["step"] == b["step"] == steps
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    logged_a, logged_b = scalars(straight), scalars(killed)
+    for tag in EXACT_TAGS:
+        assert logged_a[tag] == logged_b[tag], tag
+
+
+class _RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_crafted_to_run_code_is_refused(tmp_path, capsys) -> None:
+    marker = tmp_path / "code-ran"
+    crafted = tmp_path / "ckpt.pt"
+    torch.save({"format": "primal-dt-checkpoint", "version": 1, "x": _RunsCode(marker)}, crafted)
+    assert main(["eval", "--ckpt", str(crafted)]) == 2
+    assert "not a loadable primal-dt checkpoint" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_bad_checkpoints_are_refused_and_left_as_they_were(minari_root, tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 10)) == 0
+    capsys.readouterr()
+    good = (run_dir / "ckpt.pt").read_bytes()
+
+    truncated = tmp_path / "truncated" / "ckpt.pt"
+    truncated.parent.mkdir()
+    truncated.write_bytes(good[: len(good) // 2])
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, foreign)
+    ckpt = load_checkpoint(run_dir)
+    ckpt["task"]["env_id"] = "HalfCheetah-v5"
+    other_env = tmp_path / "other-env.pt"
+    save_checkpoint(other_env, {k: v for k, v in ckpt.items() if k not in ("format", "version")})
+
+    cases = [
+        (["eval", "--ckpt", str(truncated)], "not a loadable primal-dt checkpoint"),
+        (["train", "--resume", str(truncated.parent)], "not a loadable primal-dt checkpoint"),
+        (["eval", "--ckpt", str(foreign)], "not a primal-dt checkpoint"),
+        (["eval", "--ckpt", str(other_env)], "states/actions of size 11/3"),
+        (["train", "--resume", str(tmp_path)], "not a primal-dt run directory"),
+        (["train", "--resume", str(run_dir)], "already at step 10"),
+    ]
+    for args, expected in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and expected in err[0], (args, err)
+    assert (run_dir / "ckpt.pt").read_bytes() == good
+    assert truncated.read_bytes() == good[: len(good) // 2]
+
+
+def test_keeps_the_last_checkpoints_and_the_best(minari_root, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    extra = ("train.ckpt_every=5", "train.keep_checkpoints=2", "train.eval_every=10")
+    assert main(train_args(run_dir, 20, *extra)) == 0
+    kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert kept == ["step_00000015.pt", "step_00000020.pt"]
+    assert load_checkpoint(run_dir / "checkpoints" / "step_00000015.pt")["step"] == 15
+    best = load_checkpoint(run_dir / "best.pt")
+    assert best["step"] in (10, 20)
+    assert best["best_score"] == load_checkpoint(run_dir)["best_score"]
+
+
+def test_a_diverging_run_stops_without_saving(minari_root, tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    extra = ("train.lr=1e30", "train.warmup_steps=0", "train.grad_clip=1e30")
+    assert main(train_args(run_dir, 20, *extra)) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "training diverged" in message and "no checkpoint had been saved yet" in message
+    assert not (run_dir / "ckpt.pt").exists()
+
+
+def test_datasets_with_bad_values_are_refused(minari_root, tmp_path, capsys) -> None:
+    hopper = "Hopper-v5"
+    buffers = record_episodes(hopper, random_policy(gym.make(hopper).action_space, 0), 2, seed=0)
+    buffers[1].observations[3, 2] = np.nan
+    write_dataset("test/hopper/nan-v0", hopper, buffers)
+    args = ["train", "--dataset", "test/hopper/nan-v0", "--offline", "--run-dir", str(tmp_path)]
+    assert main(args) == 2
+    message = capsys.readouterr().err.strip()
+    assert "test/hopper/nan-v0" in message and "NaN or infinite observations" in message
+    assert not any(tmp_path.iterdir())
+
+
+def test_config_values_out_of_range_are_refused(minari_root, tmp_path, capsys) -> None:
+    cases = {
+        "train.steps=-5": "train.steps must be > 0",
+        "model.dropout=1.5": "model.dropout must be in [0, 1)",
+        "model.primal_blocks=[7]": "index outside",
+        "model.primal_blocks='first'": "model.primal_blocks must be one of",
+        "train.device='tpu'": "train.device must be",
+        "data.download=3": "data.download must be true or false",
+    }
+    for setting, expected in cases.items():
+        args = ["train", "--env", "hopper-medium", "--run-dir", str(tmp_path / "x")]
+        assert main([*args, "--set", setting]) == 2, setting
+        assert expected in capsys.readouterr().err, setting
+    assert not (tmp_path / "x").exists()
