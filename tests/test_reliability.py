@@ -144,8 +144,49 @@ def test_config_values_out_of_range_are_refused(minari_root, tmp_path, capsys) -
         "train.device='tpu'": "train.device must be",
         "data.download=3": "data.download must be true or false",
     }
+    if not torch.cuda.is_available():
+        cases["train.device='cuda'"] = "no CUDA device is available"
     for setting, expected in cases.items():
         args = ["train", "--env", "hopper-medium", "--run-dir", str(tmp_path / "x")]
         assert main([*args, "--set", setting]) == 2, setting
         assert expected in capsys.readouterr().err, setting
+    assert not (tmp_path / "x").exists()
+
+
+def test_empty_datasets_and_datasets_that_do_not_fit_their_env_are_refused(
+    minari_root, tmp_path, capsys
+) -> None:
+    import minari
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    steps = 5
+    wrong_size = EpisodeBuffer(
+        id=0,
+        observations=np.zeros((steps + 1, 5)),
+        actions=np.zeros((steps, 3), dtype=np.float32),
+        rewards=np.zeros(steps),
+        terminations=np.zeros(steps, dtype=bool),
+        truncations=np.zeros(steps, dtype=bool),
+    )
+    env = gym.make("Hopper-v5")
+    minari.create_dataset_from_buffers(
+        "test/hopper/wrong-size-v0",
+        [wrong_size],
+        env=env,
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (5,)),
+        action_space=env.action_space,
+        ref_min_score=0.0,
+        ref_max_score=1.0,
+    )
+    minari.create_dataset_from_buffers(
+        "test/hopper/empty-v0", [], env=env, ref_min_score=0.0, ref_max_score=1.0
+    )
+    cases = {
+        "test/hopper/wrong-size-v0": "shape (5,)/(3,) but its environment Hopper-v5 has (11,)/(3,)",
+        "test/hopper/empty-v0": "has no episodes",
+    }
+    for dataset_id, expected in cases.items():
+        args = ["train", "--dataset", dataset_id, "--offline", "--run-dir", str(tmp_path / "x")]
+        assert main(args) == 2, dataset_id
+        assert expected in capsys.readouterr().err, dataset_id
     assert not (tmp_path / "x").exists()
