@@ -211,9 +211,7 @@ def test_ksvd_objective_matches_direct_loop(dtype: torch.dtype, atol: float) -> 
     torch.testing.assert_close(j_pad, j, atol=atol, rtol=0)
 
 
-@pytest.mark.parametrize(
-    ("dtype", "atol"), [(torch.float32, 1e-5), (torch.float64, 1e-10)], ids=["float32", "float64"]
-)
+@pytest.mark.parametrize(("dtype", "atol"), DTYPES)
 def test_causal_softmax_matches_direct_softmax(dtype: torch.dtype, atol: float) -> None:
     layer = make_softmax(dtype)
     mask = padding_masks()
