@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 from test_cli import scalars, train_args
 
@@ -190,3 +191,25 @@ def test_empty_datasets_and_datasets_that_do_not_fit_their_env_are_refused(
         assert main(args) == 2, dataset_id
         assert expected in capsys.readouterr().err, dataset_id
     assert not (tmp_path / "x").exists()
+
+
+def test_divergence_keeps_the_last_good_checkpoint(minari_root, tmp_path) -> None:
+    from conftest import TINY
+
+    from primal_dt.config import load_config
+    from primal_dt.tasks import resolve_task
+    from primal_dt.train import TrainingDiverged, start_run
+
+    config = load_config(
+        None, [*TINY, "train.steps=10", "train.ckpt_every=5", "train.device='cpu'"]
+    )
+    trainer = start_run(config, resolve_task("hopper-medium"), tmp_path / "run")
+    trainer.run(progress=False)
+    good = (tmp_path / "run" / "ckpt.pt").read_bytes()
+    trainer.config.train.steps = 20
+    trainer.config.train.grad_clip = 1e30
+    trainer.scheduler.base_lrs = [1e30]  # blow the run up from here on
+    with pytest.raises(TrainingDiverged, match="the last good checkpoint, .*ckpt.pt, is kept"):
+        trainer.run(progress=False)
+    assert (tmp_path / "run" / "ckpt.pt").read_bytes() == good
+    assert load_checkpoint(tmp_path / "run")["step"] == 10
