@@ -188,6 +188,9 @@ def load_task_data(task: Task, download: bool) -> TaskData:
         dataset = open_dataset(dataset_id, download)
         env_instance = dataset.recover_environment(eval_env=True)
         spec = env_instance.spec
+        episodes.extend(
+            _check_spaces(_read_episodes(dataset, dataset_id), env_instance, dataset_id)
+        )
         env_instance.close()
         if env_spec is not None and spec.id != env_spec.id:
             raise DatasetError(
@@ -197,9 +200,6 @@ def load_task_data(task: Task, download: bool) -> TaskData:
         env_spec = spec
         env = task.env or env_for_gym_id(spec.id)
         reference = reference or _reference_scores(dataset, env, dataset_id)
-        episodes.extend(
-            _check_spaces(_read_episodes(dataset, dataset_id), env_instance, dataset_id)
-        )
     assert env_spec is not None
     env = task.env or env_for_gym_id(env_spec.id)
     dims = {(ep.observations.shape[1], ep.actions.shape[1]) for ep in episodes}
