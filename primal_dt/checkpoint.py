@@ -54,6 +54,16 @@ def checkpoint_path(path: str | Path) -> Path:
     return path
 
 
+def checkpoints_to_evaluate(path: str | Path, every: bool = False) -> list[Path]:
+    """A checkpoint file; or a run directory's latest checkpoint, or all it keeps (every)."""
+    path = Path(path)
+    if every and path.is_dir():
+        kept = sorted((path / "checkpoints").glob("step_*.pt"))
+        if kept:
+            return kept
+    return [checkpoint_path(path)]
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load and check a checkpoint; any problem is one CheckpointError naming the file."""
     path = checkpoint_path(path)

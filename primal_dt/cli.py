@@ -21,9 +21,9 @@ def _train(args: argparse.Namespace) -> int:
     with StopSignals() as stop:  # a signal while the data loads still ends with a checkpoint
         trainer = _make_trainer(args)
         print(f"run directory: {trainer.run_dir}", file=sys.stderr)
-        results = trainer.run(progress=not args.no_progress, stop=stop)
-    if results:
-        print(format_table(trainer.data.task.name, results, trainer.data.reference))
+        final = trainer.run(progress=not args.no_progress, stop=stop)
+    if final is not None:
+        print(format_table([final]))
     print(f"checkpoint: {trainer.run_dir / 'ckpt.pt'}", file=sys.stderr)
     return 0
 
@@ -35,7 +35,8 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
     from primal_dt.train import default_run_dir, resume_run, start_run
 
     if args.resume:
-        if args.env or args.dataset or args.config or args.set or args.seed is not None:
+        given = (args.env, args.dataset, args.config, args.set, args.device)
+        if any(given) or args.seed is not None or args.final_episodes is not None:
             raise ConfigError(
                 "--resume continues a run with its saved task and config; only --steps, "
                 "--offline and --no-progress may be given with it"
@@ -49,7 +50,8 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
     config_file = named_config_path(args.config or "primal-dt")
     overrides = list(args.set or [])
     for key, value in (("train.steps", args.steps), ("train.seed", args.seed),
-                       ("train.device", args.device)):  # fmt: skip
+                       ("train.device", args.device),
+                       ("eval.final_episodes", args.final_episodes)):  # fmt: skip
         if value is not None:
             overrides.append(f"{key}={json.dumps(value)}")
     if args.offline:
@@ -62,20 +64,38 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from primal_dt.evaluate import evaluate, format_table, load_policy
+    from primal_dt.checkpoint import checkpoints_to_evaluate
+    from primal_dt.eval_service import EvalOptions, watch
+    from primal_dt.evaluate import evaluate_checkpoint, format_table
     from primal_dt.train import resolve_device
 
-    policy, setup, ckpt = load_policy(args.ckpt, resolve_device(args.device))
-    if args.episodes <= 0:
+    if args.episodes is not None and args.episodes <= 0:
         raise PrimalDTError(f"--episodes must be > 0, got {args.episodes}")
-    results = evaluate(policy, setup, args.episodes, args.seed, args.targets)
-    task = ckpt["task"]["name"]
+    if args.workers < 0:
+        raise PrimalDTError(f"--workers must be >= 0, got {args.workers}")
+    if bool(args.ckpt) == bool(args.watch):
+        raise PrimalDTError("give either --ckpt PATH [PATH ...] or --watch RUN_DIR")
+    if args.watch:
+        options = EvalOptions(args.device, args.workers, args.episodes, args.seed, args.targets)
+        resolve_device(args.device)  # a missing CUDA is an error now, not at the first checkpoint
+        try:
+            watch(Path(args.watch), options)
+        except KeyboardInterrupt:
+            print("stopped watching", file=sys.stderr)
+        return 0
+    device = resolve_device(args.device)
+    paths = [p for given in args.ckpt for p in checkpoints_to_evaluate(given, args.all)]
+    records = []
+    for path in paths:
+        records.append(
+            evaluate_checkpoint(path, device, args.episodes, args.seed, args.targets, args.workers)
+        )
+        if not args.json:
+            print(f"evaluated {path} in {records[-1]['seconds']:.1f} s", file=sys.stderr)
     if args.json:
-        print(json.dumps({"task": task, "step": ckpt["step"], "results": [
-            r.summary() for r in results]}))  # fmt: skip
+        print(json.dumps(records, indent=1))
     else:
-        print(f"checkpoint {args.ckpt} (step {ckpt['step']}), {setup.env_id}")
-        print(format_table(task, results, setup.reference))
+        print(format_table(records))
     return 0
 
 
@@ -98,19 +118,40 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--offline", action="store_true", help="never download datasets")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument(
+        "--final-episodes", type=int, help="episodes per target at the end (eval.final_episodes)"
+    )
+    train.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override a config value, repeatable"
     )
     train.set_defaults(func=_train)
 
-    evaluate = commands.add_parser("eval", help="roll a checkpoint out and score it")
-    evaluate.add_argument("--ckpt", required=True, help="checkpoint file or run directory")
-    evaluate.add_argument("--episodes", type=int, default=10, help="episodes per target")
-    evaluate.add_argument("--seed", type=int, default=0, help="seed of the first episode")
-    evaluate.add_argument(
-        "--targets", type=float, nargs="+", help="target returns (default: task's)"
+    evaluate = commands.add_parser(
+        "eval", help="roll checkpoints out and score them, or serve a run's evaluations"
     )
+    evaluate.add_argument(
+        "--ckpt", nargs="+", metavar="PATH",
+        help="checkpoint files or run directories (their latest checkpoint); one table for all",
+    )  # fmt: skip
+    evaluate.add_argument(
+        "--all", action="store_true", help="every kept checkpoint of each run directory"
+    )
+    evaluate.add_argument(
+        "--watch", metavar="RUN_DIR",
+        help="evaluate each new checkpoint of a (running) run as it appears, until stopped",
+    )  # fmt: skip
+    evaluate.add_argument(
+        "--episodes", type=int, help="episodes per target (default: the run's eval.episodes)"
+    )
+    evaluate.add_argument("--seed", type=int, help="seed of the first episode (default: the run's)")
+    evaluate.add_argument(
+        "--targets", type=float, nargs="+", help="target returns (default: the run's)"
+    )
+    evaluate.add_argument(
+        "--workers", type=int, default=0,
+        help="environment processes stepping at once (default 0: all in this process)",
+    )  # fmt: skip
     evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument("--json", action="store_true", help="print the records as JSON")
     evaluate.set_defaults(func=_eval)
     return parser
 

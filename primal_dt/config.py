@@ -94,19 +94,35 @@ class TrainConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ConfigError(
-                f"train.device must be auto, cpu, cuda or cuda:N, got {self.device!r}"
-            )
+        _check_device(self.device, "train.device")
+
+
+EVAL_SERVICES = ("process", "external")
 
 
 @dataclass
 class EvalConfig:
-    episodes: int = 10  # episodes per target return in periodic and final evaluations
+    episodes: int = 10  # episodes per target return at each evaluation during training
+    final_episodes: int = 100  # episodes per target at the end of training; 0: none
     targets: list[float] = field(default_factory=list)  # empty: the task's targets (envs/*.toml)
+    # 0 or 1: the episodes' environments step in the evaluating process (SyncVectorEnv);
+    # N > 1: each in its own process, N stepping at once (AsyncVectorEnv), for machines with cores.
+    workers: int = 0
+    # "process": a process beside training evaluates each snapshot; "external": snapshots are only
+    # queued in the run directory, for `primal-dt eval --watch RUN_DIR` (e.g. on another machine).
+    service: str = "process"
+    device: str = "auto"  # where the evaluating model runs: auto, cpu, cuda or cuda:N
 
     def validate(self) -> None:
         _positive(self, "eval", "episodes")
+        for name in ("final_episodes", "workers"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"eval.{name} must be >= 0, got {getattr(self, name)}")
+        if self.service not in EVAL_SERVICES:
+            raise ConfigError(
+                f"eval.service must be one of {', '.join(EVAL_SERVICES)}, got {self.service!r}"
+            )
+        _check_device(self.device, "eval.device")
 
 
 @dataclass
@@ -140,6 +156,11 @@ def _positive(section: Any, prefix: str, *names: str) -> None:
         value = getattr(section, name)
         if value <= 0:
             raise ConfigError(f"{prefix}.{name} must be > 0, got {value}")
+
+
+def _check_device(device: str, key: str) -> None:
+    if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
+        raise ConfigError(f"{key} must be auto, cpu, cuda or cuda:N, got {device!r}")
 
 
 def _check_type(value: Any, hint: Any, key: str) -> Any:

@@ -1,5 +1,6 @@
 """The training loop: AdamW with linear warm-up and gradient clipping, on the action MSE plus
-eta times the KSVD loss, with TensorBoard logs, periodic evaluation and resumable checkpoints.
+eta times the KSVD loss, with TensorBoard logs, resumable checkpoints, and evaluation handed to a
+separate process (eval_service) so the loop never waits for rollouts.
 
 The dataset lives on the training device and batches are sampled there; the loop reads values
 back to the host only at logging, evaluation and checkpoint steps. On CUDA it runs under bf16
@@ -9,11 +10,11 @@ autocast with fused AdamW.
 from __future__ import annotations
 
 import json
-import math
 import random
 import re
 import shutil
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -26,10 +27,18 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm.auto import tqdm
 
-from primal_dt.checkpoint import BEST_NAME, CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from primal_dt.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from primal_dt.config import Config, config_from_dict
 from primal_dt.data import Batch, TaskData, WindowSampler, load_task_data
 from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError
+from primal_dt.eval_service import (
+    EvalOptions,
+    EvalService,
+    ResultsTail,
+    describe,
+    drop_results_after,
+    queue_snapshot,
+)
 from primal_dt.evaluate import EnvSetup, Policy, TargetResult, evaluate
 from primal_dt.model import DecisionTransformer
 from primal_dt.tasks import Task, env_for_gym_id
@@ -45,6 +54,12 @@ class TrainingInterrupted(PrimalDTError):
     def __init__(self, message: str, signum: int) -> None:
         super().__init__(message)
         self.exit_code = 128 + signum
+
+
+class EvaluationFailed(PrimalDTError):
+    """Training finished but its final evaluation did not."""
+
+    exit_code = 1
 
 
 class StopSignals:
@@ -117,7 +132,6 @@ class Trainer:
     state_mean: np.ndarray
     state_std: np.ndarray
     step: int = 0
-    best_score: float = -math.inf  # best evaluation so far (normalised, or raw return), for best.pt
     # Sums of (action loss, KSVD loss, grad norm) since the last log, and their count: saved in
     # checkpoints so a run stopped between two logs logs the same averages after resuming.
     pending: torch.Tensor | None = None
@@ -184,11 +198,10 @@ class Trainer:
             else {"random": ref.random, "expert": ref.expert, "source": ref.source},
         }
 
-    def payload(self) -> dict[str, Any]:
+    def policy_payload(self) -> dict[str, Any]:
+        """What evaluating the policy needs: weights, config, statistics and task."""
         return {
             "step": self.step,
-            "best_score": self.best_score,
-            "pending_log": {"sums": self.pending.cpu(), "count": self.pending_count},
             "config": self.config.to_dict(),
             "task": self.task_record(),
             "dims": {
@@ -199,6 +212,13 @@ class Trainer:
             "state_mean": torch.as_tensor(self.state_mean),
             "state_std": torch.as_tensor(self.state_std),
             "model": self.model.state_dict(),
+        }
+
+    def payload(self) -> dict[str, Any]:
+        """policy_payload and everything resuming needs besides."""
+        return {
+            **self.policy_payload(),
+            "pending_log": {"sums": self.pending.cpu(), "count": self.pending_count},
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "sampler": self.sampler.state_dict(),
@@ -246,7 +266,6 @@ class Trainer:
         if ckpt["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
         self.step = int(ckpt["step"])
-        self.best_score = float(ckpt.get("best_score", -math.inf))
         if "pending_log" in ckpt:
             self.pending = ckpt["pending_log"]["sums"].to(self.device)
             self.pending_count = int(ckpt["pending_log"]["count"])
@@ -266,6 +285,7 @@ class Trainer:
         )
 
     def evaluate(self) -> list[TargetResult]:
+        """Evaluate the current model here and now (the run itself hands this to eval_service)."""
         policy = Policy(
             self.model,
             torch.as_tensor(self.state_mean, device=self.device),
@@ -273,7 +293,17 @@ class Trainer:
             self.config.train.return_scale,
             self.device,
         )
-        return evaluate(policy, self.env_setup(), self.config.eval.episodes, self.config.train.seed)
+        cfg = self.config.eval
+        return evaluate(
+            policy, self.env_setup(), cfg.episodes, self.config.train.seed, workers=cfg.workers
+        )
+
+    def eval_options(self) -> EvalOptions:
+        return EvalOptions(
+            device=self.config.eval.device,
+            workers=self.config.eval.workers,
+            purge_after=self.step or None,
+        )
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -296,24 +326,32 @@ class Trainer:
         self.scheduler.step()
         return act_loss.detach(), ksvd.detach().float(), grad_norm.detach()
 
-    def run(self, progress: bool = True, stop: StopSignals | None = None) -> list[TargetResult]:
-        """Train to config.train.steps; returns the last evaluation (empty if evaluation is off).
+    def run(self, progress: bool = True, stop: StopSignals | None = None) -> dict[str, Any] | None:
+        """Train to config.train.steps; returns the final evaluation's record (None without one).
 
-        SIGINT/SIGTERM stop it after the current step with a checkpoint saved; pass `stop` to
-        catch signals that come earlier (while the data loads).
+        Every eval_every steps (and at the end, with eval.final_episodes episodes) a snapshot of
+        the policy goes to the evaluation process, which runs beside training; its results are
+        printed as they arrive and the final one is waited for. SIGINT/SIGTERM stop the run after
+        the current step with a checkpoint saved; pass `stop` to catch signals that come earlier
+        (while the data loads).
         """
-        cfg = self.config.train
+        cfg, eval_cfg = self.config.train, self.config.eval
         # On resume, drop any events logged after the checkpoint by the interrupted process.
         writer = SummaryWriter(str(self.run_dir), purge_step=self.step + 1 if self.step else None)
         if self.step == 0:
             self._write_hparams(writer)
-        last_eval: list[TargetResult] = []
+        service = None
+        if (cfg.eval_every or eval_cfg.final_episodes) and eval_cfg.service == "process":
+            service = EvalService(self.run_dir, self.eval_options())
+            service.start()
+        results = ResultsTail(self.run_dir)
         tick = time.perf_counter()
         bar = tqdm(
             total=cfg.steps, initial=self.step, disable=not progress, desc=self.data.task.name,
             unit="step", dynamic_ncols=True,
         )  # fmt: skip
         stop = stop or StopSignals()
+        finished = False
         with stop:
             try:
                 while self.step < cfg.steps:
@@ -330,10 +368,20 @@ class Trainer:
                         self._log_train(writer, self.pending / self.pending_count, rate, bar)
                         self.pending.zero_()
                         self.pending_count, tick = 0, now
-                    if cfg.eval_every and (self.step % cfg.eval_every == 0 or final):
-                        last_eval = self.evaluate()
-                        self._log_eval(writer, last_eval, bar, final)
-                        tick = time.perf_counter()  # evaluation time is not training time
+                        for record in results.new():
+                            bar.write(describe(record))
+                        if service is not None:
+                            service.check(bar.write)
+                    if final and eval_cfg.final_episodes:
+                        self._check_finite()
+                        queue_snapshot(
+                            self.run_dir, self.policy_payload(), eval_cfg.final_episodes, True
+                        )
+                    elif cfg.eval_every and self.step % cfg.eval_every == 0:
+                        self._check_finite()  # never evaluate a diverged model
+                        queue_snapshot(
+                            self.run_dir, self.policy_payload(), eval_cfg.episodes, False
+                        )
                     if self.step % cfg.ckpt_every == 0 or final or stop.signum is not None:
                         self._check_finite()  # never save a diverged model
                         self.save()
@@ -345,10 +393,32 @@ class Trainer:
                             f"primal-dt train --resume {self.run_dir}",
                             stop.signum,
                         )
+                writer.flush()
+                if service is not None:
+                    if eval_cfg.final_episodes:
+                        bar.write(
+                            f"training done; waiting for the final evaluation "
+                            f"({eval_cfg.final_episodes} episodes per target)"
+                        )
+                    service.finish()
+                finished = True
             finally:
+                if service is not None and not finished:
+                    service.stop()
                 bar.close()
                 writer.close()
-        return last_eval
+        final_record = None
+        for record in results.new():
+            print(describe(record), file=sys.stderr)
+            if record["step"] == self.step and (record.get("final") or "error" in record):
+                final_record = record
+        if final_record is not None and "error" in final_record:
+            raise EvaluationFailed(
+                f"training finished but its final evaluation failed: {final_record['error']}; "
+                f"the checkpoint is {self.run_dir / CHECKPOINT_NAME}, evaluate it with "
+                f"primal-dt eval --ckpt {self.run_dir}"
+            )
+        return final_record if service is not None else None
 
     def _check_finite(self) -> None:
         if not torch.isfinite(self.pending).all():
@@ -380,32 +450,6 @@ class Trainer:
         for tag, value in scalars.items():
             writer.add_scalar(tag, value, self.step)
         bar.set_postfix(action=f"{act:.4f}", ksvd=f"{ksvd:.3g}", refresh=False)
-
-    def _log_eval(
-        self, writer: SummaryWriter, results: list[TargetResult], bar: tqdm, final: bool
-    ) -> None:
-        for result in results:
-            s = result.summary()
-            tag = f"eval/{s['target']:g}"
-            writer.add_scalar(f"{tag}/return", s["return_mean"], self.step)
-            writer.add_scalar(f"{tag}/episode_length", s["length_mean"], self.step)
-            if s["normalized_mean"] is not None:
-                writer.add_scalar(f"{tag}/normalized_return", s["normalized_mean"], self.step)
-        best = max(results, key=lambda r: r.summary()["return_mean"]).summary()
-        if final and best["normalized_mean"] is not None:
-            writer.add_scalar("eval/final_normalized_return", best["normalized_mean"], self.step)
-        with (self.run_dir / "eval.jsonl").open("a") as log:
-            log.write(json.dumps({"step": self.step, "results": [r.summary() for r in results]}))
-            log.write("\n")
-        score = best["normalized_mean"]
-        value = score if score is not None else best["return_mean"]
-        if value > self.best_score:
-            self.best_score = value
-            save_checkpoint(self.run_dir / BEST_NAME, self.payload())
-        shown = f"{score:.1f}" if score is not None else f"R={best['return_mean']:.0f}"
-        bar.write(f"step {self.step}: evaluation " + ", ".join(
-            f"target {r.target:g}: return {r.summary()['return_mean']:.1f}" for r in results
-        ) + f" (best normalized {shown})")  # fmt: skip
 
     def _write_hparams(self, writer: SummaryWriter) -> None:
         """The run's settings in TensorBoard's hparams view, in this same run directory."""
@@ -459,6 +503,7 @@ def resume_run(run_dir: Path, steps: int | None = None, download: bool | None = 
         )
     trainer = Trainer.create(config, data, run_dir)
     trainer.restore(ckpt)
+    drop_results_after(run_dir, trainer.step)
     if trainer.step >= config.train.steps:
         raise ConfigError(
             f"{run_dir} is already at step {trainer.step} of {config.train.steps}; "

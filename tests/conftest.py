@@ -35,6 +35,7 @@ TINY = [
     "train.log_every=5",
     "train.eval_every=0",
     "eval.episodes=2",
+    "eval.final_episodes=0",
 ]
 
 

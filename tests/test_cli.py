@@ -34,7 +34,8 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
-    extra = ("train.eval_every=10", "eval.targets=[1800.0]", "train.ckpt_every=10")
+    extra = ("train.eval_every=10", "eval.targets=[1800.0]", "train.ckpt_every=10",
+             "eval.final_episodes=3")  # fmt: skip
     assert main(train_args(run_dir, 20, *extra)) == 0
     out = capsys.readouterr().out
     assert "1800.0" in out and "D4RL" in out  # hopper-medium has no reference scores
@@ -44,6 +45,7 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
         assert [step for step, _ in logged[f"train/{tag}"]] == [5, 10, 15, 20], tag
     assert [step for step, _ in logged["eval/1800/normalized_return"]] == [10, 20]
     assert [step for step, _ in logged["eval/1800/return"]] == [10, 20]
+    assert [step for step, _ in logged["eval/final_normalized_return"]] == [20]
     assert all(value > 0 for _, value in logged["train/ksvd_loss"])  # primal-dt config: last block
     events = EventAccumulator(str(run_dir))
     events.Reload()
@@ -61,16 +63,24 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
     assert ckpt["config"]["model"]["embed_dim"] == 32
     assert ckpt["state_mean"].shape == (11,)
 
-    assert main(["eval", "--ckpt", str(run_dir), "--episodes", "2", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["task"] == "hopper-medium"
-    (result,) = [r for r in report["results"] if r["target"] == 1800.0]
-    assert result["episodes"] == 2
+    # A fresh process evaluating the final checkpoint with the run's seed and the final
+    # evaluation's episodes gets the numbers logged during training.
+    fresh = subprocess.run(
+        [sys.executable, "-m", "primal_dt.cli", "eval", "--ckpt", str(run_dir), "--episodes",
+         "3", "--device", "cpu", "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (record,) = json.loads(fresh.stdout)
+    assert record["task"] == "hopper-medium" and record["step"] == 20 and record["seed"] == 0
+    (result,) = record["results"]
+    assert result["target"] == 1800.0 and result["episodes"] == 3
     for key in ("return_mean", "return_std", "normalized_mean", "normalized_std"):
         assert isinstance(result[key], float)
-    # Evaluation during training used the same seed (0) and episodes: same numbers.
-    logged_return = logged["eval/1800/return"][-1][1]
-    assert result["return_mean"] == pytest.approx(logged_return, rel=1e-5)
+    logged_record = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["episodes"], r["final"]) for r in logged_record] == [
+        (10, 2, False), (20, 3, True)]  # fmt: skip
+    assert record["results"] == logged_record[-1]["results"]
+    assert result["return_mean"] == pytest.approx(logged["eval/1800/return"][-1][1], rel=1e-6)
 
     assert main(["eval", "--ckpt", str(run_dir / "ckpt.pt"), "--episodes", "1"]) == 0
     table = capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -110,9 +111,10 @@ def test_keeps_the_last_checkpoints_and_the_best(minari_root, tmp_path) -> None:
     kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert kept == ["step_00000015.pt", "step_00000020.pt"]
     assert load_checkpoint(run_dir / "checkpoints" / "step_00000015.pt")["step"] == 15
-    best = load_checkpoint(run_dir / "best.pt")
-    assert best["step"] in (10, 20)
-    assert best["best_score"] == load_checkpoint(run_dir)["best_score"]
+    records = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [10, 20]
+    best = max(records, key=lambda r: r["score"])
+    assert load_checkpoint(run_dir / "best.pt")["step"] == best["step"]
 
 
 def test_a_diverging_run_stops_without_saving(minari_root, tmp_path, capsys) -> None:
