@@ -208,8 +208,12 @@ class Evaluator:
 
     def evaluate_new_checkpoints(self) -> int:
         """Evaluate saved checkpoints (checkpoints/step_N.pt) whose step has no result yet."""
-        done = {r["step"] for r in read_results(self.run_dir)}
-        fresh = [p for p in saved_checkpoints(self.run_dir) if step_of(p) not in done]
+        saved = saved_checkpoints(self.run_dir)
+        # A trainer queues a snapshot before it saves the checkpoint of the same step, so listing
+        # the queue after the checkpoints sees every step that the queue will evaluate anyway.
+        skip = {step_of(p) for p in queued_snapshots(self.run_dir)}
+        skip |= {r["step"] for r in read_results(self.run_dir)}
+        fresh = [p for p in saved if step_of(p) not in skip]
         for path in fresh:
             if path.exists():  # the trainer may have rotated it out meanwhile
                 self.evaluate(path)

@@ -1,0 +1,135 @@
+"""The evaluation service: vectorised rollouts against a sequential loop, evaluation beside
+training, a failing snapshot that does not stop training, --watch, and the multi-run table."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from test_cli import scalars, train_args
+
+from primal_dt.checkpoint import load_checkpoint
+from primal_dt.cli import main
+from primal_dt.config import ModelConfig
+from primal_dt.eval_service import EvalOptions, read_results, watch
+from primal_dt.evaluate import EnvSetup, Policy, make_jobs, rollout, sequential_rollout
+from primal_dt.model import DecisionTransformer
+
+
+def hopper_policy() -> tuple[Policy, EnvSetup]:
+    """An untrained but deterministic policy; reset noise makes the episodes end at different
+    steps, some by falling (termination) and some at the 20-step limit (truncation)."""
+    torch.manual_seed(0)
+    config = ModelConfig(embed_dim=32, n_layer=2, n_head=2, context_len=5, primal_blocks="last",
+                         primal_rank=8)  # fmt: skip
+    model = DecisionTransformer(config, 11, 3, 1000)
+    policy = Policy(model, torch.zeros(11), torch.full((11,), 0.2), 1000.0, torch.device("cpu"))
+    return policy, EnvSetup("Hopper-v5", {"reset_noise_scale": 0.1}, 20, (3600.0, 1800.0), None)
+
+
+def test_vectorised_rollout_matches_the_sequential_loop() -> None:
+    policy, setup = hopper_policy()
+    jobs = make_jobs((3600.0, 100.0), episodes=6, seed=10)
+    expected_returns, expected_lengths = sequential_rollout(policy, setup, jobs)
+    assert len(set(expected_lengths)) > 2 and expected_lengths.max() == 20  # ends vary
+    assert (expected_returns[:6] != expected_returns[6:]).any()  # the target matters
+    for num_envs, workers in ((None, 0), (5, 0), (1, 0), (4, 2)):
+        returns, lengths = rollout(policy, setup, jobs, num_envs, workers)
+        np.testing.assert_array_equal(lengths, expected_lengths, err_msg=f"{num_envs=} {workers=}")
+        np.testing.assert_allclose(returns, expected_returns, rtol=1e-6, atol=1e-6)
+    again, _ = rollout(policy, setup, jobs, 5)
+    np.testing.assert_array_equal(again, rollout(policy, setup, jobs, 5)[0])
+    other, _ = rollout(policy, setup, make_jobs((3600.0, 100.0), episodes=6, seed=11))
+    assert not np.allclose(other, expected_returns)
+
+
+def test_training_hands_evaluations_to_the_service(minari_root, tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    # A snapshot the evaluator cannot load is waiting in the queue when training starts.
+    (run_dir / "eval_queue").mkdir(parents=True)
+    (run_dir / "eval_queue" / "step_00000003.pt").write_bytes(b"garbage")
+    extra = ("train.eval_every=5", "eval.targets=[1800.0]", "eval.final_episodes=3",
+             "train.ckpt_every=5")  # fmt: skip
+    assert main(train_args(run_dir, 15, *extra)) == 0
+    out, err = capsys.readouterr()
+    assert "step 3: evaluation failed: CheckpointError" in err
+    assert "step 15: final evaluation over 3 episodes" in err
+    assert "1800.0" in out and "[1] reference scores" in out  # the final table
+
+    records = read_results(run_dir)
+    assert [r["step"] for r in records] == [3, 5, 10, 15]
+    assert "not a loadable primal-dt checkpoint" in records[0]["error"]
+    assert [(r["episodes"], r["final"]) for r in records[1:]] == [(2, False), (2, False), (3, True)]
+    assert not list((run_dir / "eval_queue").iterdir())  # every snapshot was taken
+    logged = scalars(run_dir)
+    for name in ("return", "normalized_return", "episode_length"):
+        assert [s for s, _ in logged[f"eval/1800/{name}"]] == [5, 10, 15], name
+    assert logged["eval/1800/return"][-1][1] == pytest.approx(
+        records[-1]["results"][0]["return_mean"]
+    )
+    best = max(records[1:], key=lambda r: r["score"])
+    assert load_checkpoint(run_dir / "best.pt")["step"] == best["step"]
+
+    # Every kept checkpoint of the run, and a second run, in one table.
+    other = tmp_path / "other"
+    assert main(train_args(other, 5, "eval.targets=[900.0]")) == 0
+    capsys.readouterr()
+    assert main(["eval", "--ckpt", str(run_dir), str(other), "--all", "--episodes", "1",
+                 "--device", "cpu", "--json"]) == 0  # fmt: skip
+    table = json.loads(capsys.readouterr().out)
+    assert [(r["step"], r["results"][0]["target"]) for r in table] == [
+        (5, 1800.0), (10, 1800.0), (15, 1800.0), (5, 900.0)]  # fmt: skip
+    assert main(["eval", "--ckpt", str(run_dir), str(other), "--episodes", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["checkpoint", "task", "step", "target", "return", "normalized",
+                                "episodes", "ref"]  # fmt: skip
+    assert len([line for line in lines if "hopper-medium" in line]) == 2
+    assert lines[3].startswith("[1] reference scores: random -20.27, expert 3234.30: D4RL")
+
+
+def test_watch_evaluates_what_an_external_service_queues(minari_root, tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    extra = ("train.eval_every=5", "eval.service=external", "eval.final_episodes=2")
+    assert main(train_args(run_dir, 10, *extra)) == 0
+    assert not (run_dir / "eval.jsonl").exists()  # nobody evaluated during training
+    assert sorted(p.name for p in (run_dir / "eval_queue").iterdir()) == [
+        "step_00000005.pt", "step_00000010.pt"]  # fmt: skip
+
+    watch(
+        run_dir,
+        EvalOptions(device="cpu"),
+        poll_seconds=0.1,
+        stop=lambda: bool(read_results(run_dir)),
+    )
+    records = read_results(run_dir)
+    assert [(r["step"], r["episodes"], r["final"]) for r in records] == [
+        (5, 2, False),
+        (10, 2, True),
+    ]
+    assert not list((run_dir / "eval_queue").iterdir())
+    # checkpoints/step_00000010.pt was saved too; its step is already evaluated, so it is skipped.
+    assert (run_dir / "checkpoints" / "step_00000010.pt").exists()
+
+    # The command runs until it is stopped, evaluating checkpoints as they appear.
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "primal_dt.cli", "eval", "--watch", str(run_dir), "--device", "cpu"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert main(["train", "--resume", str(run_dir), "--steps", "15", "--no-progress"]) == 0
+        deadline = time.monotonic() + 60
+        while not any(r["step"] == 15 and r["final"] for r in read_results(run_dir)):
+            assert time.monotonic() < deadline, "the watcher evaluated nothing"
+            time.sleep(0.2)
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    assert "step 15: final evaluation over 2 episodes" in out
+    assert "stopped watching" in err
