@@ -1,0 +1,127 @@
+"""Benchmark: environment steps per second of primal-dt's vectorised evaluator against the
+reference implementations' sequential loop (one episode after another, one model call per step
+with a batch of one), same policy, same HalfCheetah-v5 episodes, measured side by side in one run.
+
+    python scripts/bench_eval.py                      # 100 episodes, DT and Primal-DT sizes, CPU
+    python scripts/bench_eval.py --ckpt RUN_DIR       # a trained HalfCheetah checkpoint instead
+    python scripts/bench_eval.py --workers 2 --write-readme
+
+Without --ckpt each policy is an untrained Decision Transformer of the given config's size for
+HalfCheetah-v5: speed does not depend on the weights, and HalfCheetah episodes always last 1000
+steps, so every evaluator does the same work per step. The sequential loop runs the first
+--sequential-episodes of the same episodes (its rate per step does not depend on how many), and
+every evaluator's returns are checked against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from readme_table import write_readme_section
+
+from primal_dt.config import load_config, named_config_path
+from primal_dt.evaluate import (
+    EnvSetup,
+    Job,
+    Policy,
+    load_policy,
+    make_jobs,
+    rollout,
+    sequential_rollout,
+)
+from primal_dt.model import DecisionTransformer
+from primal_dt.tasks import quiet_mujoco_warnings
+
+
+def untrained_policy(config_name: str, device: torch.device) -> tuple[Policy, EnvSetup]:
+    torch.manual_seed(0)
+    config = load_config(named_config_path(config_name), task="halfcheetah-medium")
+    model = DecisionTransformer(config.model, 17, 6, 1000).to(device)
+    policy = Policy(model, torch.zeros(17, device=device), torch.ones(17, device=device),
+                    config.train.return_scale, device)  # fmt: skip
+    return policy, EnvSetup("HalfCheetah-v5", {}, 1000, (6000.0,), None)
+
+
+Evaluator = Callable[[list[Job]], tuple[np.ndarray, np.ndarray]]
+
+
+def measure(label: str, policy: Policy, setup: EnvSetup, args: argparse.Namespace) -> list[str]:
+    jobs = make_jobs(setup.eval_targets[:1], args.episodes, seed=0)
+    evaluators: dict[str, tuple[Evaluator, list[Job]]] = {
+        "sequential, batch 1": (
+            lambda j: sequential_rollout(policy, setup, j),
+            jobs[: args.sequential_episodes],
+        ),
+        "vectorised, SyncVectorEnv": (lambda j: rollout(policy, setup, j), jobs),
+    }
+    if args.workers > 1:
+        evaluators[f"vectorised, AsyncVectorEnv, {args.workers} workers"] = (
+            lambda j: rollout(policy, setup, j, workers=args.workers),
+            jobs,
+        )
+    rows, base_rate, reference = [], None, None
+    for name, (evaluate, subset) in evaluators.items():
+        start = time.perf_counter()
+        returns, lengths = evaluate(subset)
+        seconds = time.perf_counter() - start
+        rate = lengths.sum() / seconds
+        if reference is None:
+            reference, base_rate = returns, rate
+        n = len(reference)
+        same = np.allclose(returns[:n], reference, rtol=1e-4, atol=1e-3)
+        print(f"{label}, {name}: {lengths.sum()} steps in {seconds:.1f} s, same returns: {same}")
+        rows.append(
+            f"| {label} | {name} | {len(subset)} | {seconds:.1f} | {rate:.0f} "
+            f"| {rate / base_rate:.1f}x | {'yes' if same else 'NO'} |"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ckpt", help="a HalfCheetah checkpoint or run directory")
+    parser.add_argument("--configs", default="dt,primal-dt", help="model sizes, without --ckpt")
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--sequential-episodes", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=0, help="> 1 adds an AsyncVectorEnv row")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--write-readme", action="store_true")
+    args = parser.parse_args()
+    quiet_mujoco_warnings()
+    device = torch.device(args.device)
+    if args.ckpt:
+        policies = {args.ckpt: load_policy(args.ckpt, device)[:2]}
+    else:
+        policies = {
+            f"{name} size": untrained_policy(name, device) for name in args.configs.split(",")
+        }
+    rows = []
+    for label, (policy, setup) in policies.items():
+        rows += measure(label, policy, setup, args)
+    device_name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU, {os.cpu_count()} cores ({platform.machine()}), {torch.get_num_threads()} threads"
+    )
+    table = "\n".join([
+        f"{args.episodes} HalfCheetah-v5 episodes of 1000 steps on {device_name}, "
+        f"torch {torch.__version__}; the sequential loop ran the first "
+        f"{args.sequential_episodes} of them:",
+        "",
+        "| model | evaluator | episodes | seconds | env steps / s | speed-up | same returns |",
+        "|---|---|---:|---:|---:|---:|---|",
+        *rows,
+    ])  # fmt: skip
+    print(table)
+    if args.write_readme:
+        write_readme_section(f"bench_eval_{device.type}", table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""Put a benchmark's table into README.md between <!-- NAME:start --> and <!-- NAME:end -->."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def write_readme_section(name: str, text: str, readme: Path = README) -> None:
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    content = readme.read_text()
+    block = f"{start}\n{text.strip()}\n{end}"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
+    if not pattern.search(content):
+        raise SystemExit(
+            f"{readme} has no {start} ... {end} markers; add them where the table goes"
+        )
+    readme.write_text(pattern.sub(lambda _: block, content))
+    print(f"wrote the {name} table to {readme}")
