@@ -21,6 +21,7 @@ from primal_dt.errors import ConfigError
 from primal_dt.resources import resource_dir
 
 PRIMAL_BLOCK_CHOICES = ("none", "last", "all")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 @dataclass
@@ -81,6 +82,9 @@ class TrainConfig:
     eval_every: int = 10_000  # 0 disables evaluation during training
     ckpt_every: int = 10_000
     keep_checkpoints: int = 3  # step checkpoints kept in checkpoints/ besides ckpt.pt and best.pt
+    # torch.compile the model for training (static shapes: every batch is batch_size x K).
+    compile: bool = False
+    compile_mode: str = "default"  # torch.compile mode: default, reduce-overhead, max-autotune
 
     def validate(self) -> None:
         _positive(self, "train", "steps", "batch_size", "log_every", "ckpt_every")
@@ -95,6 +99,11 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         _check_device(self.device, "train.device")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ConfigError(
+                f"train.compile_mode must be one of {', '.join(COMPILE_MODES)}, "
+                f"got {self.compile_mode!r}"
+            )
 
 
 EVAL_SERVICES = ("process", "external")

@@ -136,10 +136,20 @@ class Trainer:
     # checkpoints so a run stopped between two logs logs the same averages after resuming.
     pending: torch.Tensor | None = None
     pending_count: int = 0
+    # The module the training step calls: the model, or its torch.compile'd wrapper (which
+    # shares its parameters; checkpoints always save the plain model's state_dict).
+    forward_model: torch.nn.Module | None = None
 
     def __post_init__(self) -> None:
         if self.pending is None:
             self.pending = torch.zeros(3, device=self.device)
+        if self.forward_model is None:
+            cfg = self.config.train
+            self.forward_model = (
+                torch.compile(self.model, mode=cfg.compile_mode, dynamic=False)
+                if cfg.compile
+                else self.model
+            )
 
     @classmethod
     def create(cls, config: Config, data: TaskData, run_dir: Path) -> Trainer:
@@ -314,7 +324,7 @@ class Trainer:
             self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"
         )
         with autocast:
-            predicted, ksvd = self.model(
+            predicted, ksvd = self.forward_model(
                 batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask
             )
         act_loss = action_loss(predicted, batch.actions, batch.mask)
