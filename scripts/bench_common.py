@@ -1,0 +1,61 @@
+"""Shared by the benchmarks: run one measurement in a fresh process (so peak memory is its own),
+read peak memory, and name the device."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+from typing import Any
+
+import torch
+
+
+def run_isolated(script: str, point: dict[str, Any]) -> dict[str, Any]:
+    """Run `python script --point JSON` and return the JSON object it prints last."""
+    result = subprocess.run(
+        [sys.executable, script, "--point", json.dumps(point)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines()
+        reason = lines[-1] if lines else f"exit code {result.returncode}"
+        return {"error": reason}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def reset_peak_memory(device: torch.device) -> int:
+    """Start a peak-memory measurement; returns the baseline to subtract (CPU: bytes resident)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    return resident_peak_bytes()
+
+
+def peak_memory(device: torch.device, baseline: int) -> int:
+    """Bytes at the peak since reset_peak_memory, above its baseline. On CPU this is the process's
+    peak resident size (ru_maxrss), so it is only meaningful in a fresh process per measurement."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - baseline
+    return max(resident_peak_bytes() - baseline, 0)
+
+
+def resident_peak_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU, {os.cpu_count()} cores ({platform.machine()}), {torch.get_num_threads()} threads"
