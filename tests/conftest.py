@@ -17,6 +17,25 @@ from primal_dt.recording import random_policy, record_episodes, sb3_policy, writ
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"
 
+# PRIMAL_DT_TEST_DEVICE=cuda (scripts/gpu_check.sh) runs the layer and model tests with CUDA as the
+# default device and the training/evaluation tests with --device cuda; the default is the CPU.
+DEVICE = os.environ.get("PRIMAL_DT_TEST_DEVICE", "cpu")
+ON_DEVICE_MODULES = ("test_attention", "test_model")
+
+
+@pytest.fixture(autouse=True)
+def _default_device(request: pytest.FixtureRequest):
+    """The layer and model tests build their tensors without naming a device: put them on DEVICE."""
+    if DEVICE == "cpu" or request.module.__name__ not in ON_DEVICE_MODULES:
+        yield
+        return
+    torch.set_default_device(DEVICE)
+    try:
+        yield
+    finally:
+        torch.set_default_device(None)
+
+
 POLICIES = Path(
     os.environ.get(
         "PRIMAL_DT_POLICIES", Path(__file__).resolve().parents[2] / "shared" / "policies"

@@ -192,7 +192,7 @@ def test_reference_primal_detects_an_unmasked_mean() -> None:
     DTYPES,
 )
 def test_ksvd_objective_matches_direct_loop(dtype: torch.dtype, atol: float) -> None:
-    gen = torch.Generator().manual_seed(3)
+    gen = torch.Generator(torch.get_default_device()).manual_seed(3)
     batch, heads, length, d, rank = 4, 3, 7, 5, 4
     e = torch.randn(batch, heads, length, rank, generator=gen, dtype=torch.float64)
     r = torch.randn(batch, heads, length, rank, generator=gen, dtype=torch.float64)
@@ -237,7 +237,7 @@ LAYERS = {"softmax": make_softmax, "primal": make_primal}
 def test_later_tokens_do_not_change_earlier_outputs(kind: str, padded: bool) -> None:
     layer = LAYERS[kind]()
     mask = padding_masks() if padded else torch.ones(4, LENGTH, dtype=torch.bool)
-    gen = torch.Generator().manual_seed(4)
+    gen = torch.Generator(torch.get_default_device()).manual_seed(4)
     x = torch.randn(mask.shape[0], LENGTH, EMBED, generator=gen)
     y, _ = run(layer, x, mask)
     for i in (0, 2, 5, LENGTH - 2):
@@ -254,7 +254,7 @@ def test_later_tokens_do_not_change_earlier_outputs(kind: str, padded: bool) -> 
 def test_padded_tokens_do_not_change_real_outputs(kind: str) -> None:
     layer = LAYERS[kind]()
     mask = padding_masks()
-    gen = torch.Generator().manual_seed(5)
+    gen = torch.Generator(torch.get_default_device()).manual_seed(5)
     x = torch.randn(mask.shape[0], LENGTH, EMBED, generator=gen)
     y, j = run(layer, x, mask)
     for scale in (0.0, 1.0, 100.0):

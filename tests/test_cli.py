@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY
+from conftest import DEVICE, TINY
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from primal_dt.checkpoint import load_checkpoint
@@ -18,7 +18,7 @@ from primal_dt.cli import main
 
 def train_args(run_dir: Path, steps: int, *extra: str) -> list[str]:
     args = ["train", "--env", "hopper-medium", "--offline", "--no-progress"]
-    args += ["--run-dir", str(run_dir), "--steps", str(steps), "--device", "cpu"]
+    args += ["--run-dir", str(run_dir), "--steps", str(steps), "--device", DEVICE]
     for setting in (*TINY, *extra):
         args += ["--set", setting]
     return args
@@ -67,7 +67,7 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
     # evaluation's episodes gets the numbers logged during training.
     fresh = subprocess.run(
         [sys.executable, "-m", "primal_dt.cli", "eval", "--ckpt", str(run_dir), "--episodes",
-         "3", "--device", "cpu", "--json"],
+         "3", "--device", DEVICE, "--json"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     (record,) = json.loads(fresh.stdout)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from conftest import TINY
+from conftest import DEVICE, TINY
 
 from primal_dt.config import load_config
 from primal_dt.tasks import dataset_task, resolve_task
@@ -16,7 +16,7 @@ from primal_dt.train import action_loss, start_run
 def _trainer(task, run_dir: Path, steps: int, *extra: str):
     config = load_config(
         None,
-        [*TINY, f"train.steps={steps}", "train.lr=1e-3", "train.device='cpu'", *extra],
+        [*TINY, f"train.steps={steps}", "train.lr=1e-3", f"train.device='{DEVICE}'", *extra],
     )
     return start_run(config, task, run_dir)
 

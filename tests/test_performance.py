@@ -1,8 +1,10 @@
-"""The fast paths compute what the plain ones do: torch.compile'd training equals eager training."""
+"""The fast paths compute what the plain ones do, and the GPU loop never waits for the GPU."""
 
 from __future__ import annotations
 
+import pytest
 import torch
+from conftest import DEVICE
 from test_learning import _trainer
 
 from primal_dt.tasks import resolve_task
@@ -27,3 +29,19 @@ def test_compiled_training_matches_eager(minari_root, tmp_path) -> None:
         torch.testing.assert_close(compiled_weights[name], value, rtol=1e-4, atol=1e-5, msg=name)
     # The checkpoint holds the plain model's names, loadable without torch.compile.
     assert not any(name.startswith("_orig_mod") for name in compiled_weights)
+
+
+@pytest.mark.skipif(
+    DEVICE == "cpu", reason="needs PRIMAL_DT_TEST_DEVICE=cuda (scripts/gpu_check.sh)"
+)
+def test_training_steps_never_wait_for_the_gpu(minari_root, tmp_path) -> None:
+    """Sampling, forward, backward, clipping and the optimiser step queue work on the GPU without
+    ever reading a value back: CUDA's sync debug mode turns any synchronisation into an error."""
+    trainer = _trainer(resolve_task("hopper-medium"), tmp_path / "run", 10)
+    trainer.train_step(trainer.sampler.sample(16))  # first step: lazy initialisation may sync
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(5):
+            trainer.pending += torch.stack(trainer.train_step(trainer.sampler.sample(16)))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
