@@ -147,8 +147,9 @@ class Evaluator:
 
         return resolve_device(self.options.device)
 
-    def evaluate(self, path: Path) -> dict[str, Any]:
-        """Evaluate one checkpoint, record the result (or the failure) and return the record."""
+    def evaluate(self, path: Path, name: str | None = None) -> dict[str, Any]:
+        """Evaluate one checkpoint, record the result (or the failure) and return the record,
+        in which the checkpoint is called `name` (default: its path)."""
         from primal_dt.evaluate import evaluate_checkpoint
 
         o = self.options
@@ -160,12 +161,13 @@ class Evaluator:
             reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
             record = {
                 "step": step_of(path),
-                "checkpoint": str(path),
+                "checkpoint": name or str(path),
                 "error": f"{type(err).__name__}: {reason}",
             }
             append_result(self.run_dir, record)
             self.log(describe(record))
             return record
+        record["checkpoint"] = name or str(path)
         if record["score"] > self._best:
             self._best = record["score"]
             tmp = self.run_dir / f".{BEST_NAME}.tmp"
@@ -202,7 +204,7 @@ class Evaluator:
         """Evaluate and remove every queued snapshot; returns how many there were."""
         snapshots = queued_snapshots(self.run_dir)
         for path in snapshots:
-            self.evaluate(path)
+            self.evaluate(path, name=str(self.run_dir))  # the snapshot itself is deleted next
             path.unlink(missing_ok=True)
         return len(snapshots)
 

@@ -66,7 +66,8 @@ def test_training_hands_evaluations_to_the_service(minari_root, tmp_path, capsys
     assert [r["step"] for r in records] == [3, 5, 10, 15]
     assert "not a loadable primal-dt checkpoint" in records[0]["error"]
     assert [(r["episodes"], r["final"]) for r in records[1:]] == [(2, False), (2, False), (3, True)]
-    assert not list((run_dir / "eval_queue").iterdir())  # every snapshot was taken
+    assert not list((run_dir / "eval_queue").iterdir())  # every snapshot was taken, then deleted
+    assert {r["checkpoint"] for r in records} == {str(run_dir)}
     logged = scalars(run_dir)
     for name in ("return", "normalized_return", "episode_length"):
         assert [s for s, _ in logged[f"eval/1800/{name}"]] == [5, 10, 15], name
