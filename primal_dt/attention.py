@@ -1,7 +1,9 @@
 """Causal softmax attention, the masked (causal) Primal-Attention, and the KSVD loss.
 
 Both attention layers take tokens x (B, L, D) and a padding mask (B, L), true for real tokens,
-and guarantee that a real token's output depends only on real tokens at or before it.
+and guarantee that a real token's output depends only on real tokens at or before it. With
+last_only=True they return the output of the last token alone (B, 1, D), which is all that acting
+needs: the same numbers, without the work for the other positions' outputs.
 
 Primal-Attention is the asymmetric-kernel-SVD attention of Chen, Tao, Tonin and Suykens
 (NeurIPS 2023, arXiv 2305.19798), in its causal form for the Decision Transformer: queries and
@@ -45,18 +47,21 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(embed_dim, embed_dim)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, mask: Tensor) -> tuple[Tensor, None]:
+    def forward(self, x: Tensor, mask: Tensor, last_only: bool = False) -> tuple[Tensor, None]:
         batch, length, dim = x.shape
         q, k, v = self.qkv(x).split(dim, dim=2)
         q, k, v = (t.view(batch, length, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
+        attn_mask = causal_padding_mask(mask)
+        if last_only:
+            q, attn_mask = q[:, :, -1:], attn_mask[:, :, -1:]
         y = F.scaled_dot_product_attention(
             q,
             k,
             v,
-            attn_mask=causal_padding_mask(mask),
+            attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
         )
-        y = y.transpose(1, 2).reshape(batch, length, dim)
+        y = y.transpose(1, 2).reshape(batch, q.shape[2], dim)
         return self.resid_dropout(self.proj(y)), None
 
 
@@ -96,23 +101,31 @@ class PrimalAttention(nn.Module):
         self.proj = nn.Linear(embed_dim, embed_dim)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def scores(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """The e- and r-scores (B, H, L, s) of DESIGN.md section 1, steps 1-4."""
+    def scores(self, x: Tensor, mask: Tensor, last_only: bool = False) -> tuple[Tensor, Tensor]:
+        """The e- and r-scores (B, H, L, s) of DESIGN.md section 1, steps 1-4 (L = 1: the last)."""
         batch, length, _ = x.shape
         q = self.query(x).view(batch, length, self.n_head, -1).transpose(1, 2)
         k = self.key(x).view(batch, length, self.n_head, -1).transpose(1, 2)
-        q_bar = F.normalize(masked_prefix_mean(q, mask), p=2, dim=-1).to(q.dtype)
-        k_bar = F.normalize(masked_prefix_mean(k, mask), p=2, dim=-1).to(k.dtype)
+        q_mean, k_mean = masked_prefix_mean(q, mask), masked_prefix_mean(k, mask)
+        if last_only:
+            q_mean, k_mean = q_mean[:, :, -1:], k_mean[:, :, -1:]
+        q_bar = F.normalize(q_mean, p=2, dim=-1).to(q.dtype)
+        k_bar = F.normalize(k_mean, p=2, dim=-1).to(k.dtype)
         e = torch.einsum("bhld,hds->bhls", q_bar, self.we)
         r = torch.einsum("bhld,hds->bhls", k_bar, self.wr)
         return e, r
 
-    def forward(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        batch, length, dim = x.shape
-        e, r = self.scores(x, mask)
+    def forward(
+        self, x: Tensor, mask: Tensor, last_only: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Output (B, L, D) and J (B,); with last_only, the last token's output and no J."""
+        batch, _, dim = x.shape
+        e, r = self.scores(x, mask, last_only)
         y = self.concat(torch.cat([e, r], dim=-1))  # (B, H, L, d), shared across heads
-        y = y.transpose(1, 2).reshape(batch, length, dim)
+        y = y.transpose(1, 2).reshape(batch, e.shape[2], dim)
         y = self.resid_dropout(self.proj(y))
+        if last_only:
+            return y, None
         return y, ksvd_objective(e, r, self.lam, self.we, self.wr, mask)
 
 

@@ -115,8 +115,8 @@ def rollout(
     Each environment slot keeps its own K-step window, return-to-go and timestep; when its
     episode ends it is reset with the seed of the next job, so an episode's result depends only
     on its seed and target, not on how many run beside it. Every step is one batched model call
-    for all slots. Slots left without a job keep stepping (reset when they end) but are not
-    counted.
+    for all slots (model.act: the last action of each window, without computing the others).
+    Slots left without a job keep stepping (reset when they end) but are not counted.
     """
     model, device, k = policy.model, policy.device, policy.context_len
     slots = min(len(jobs), num_envs or len(jobs))
@@ -148,8 +148,7 @@ def rollout(
             timesteps = (t[:, None] - (k - 1) + positions).clamp(min=0)
             mask = positions[None, :] >= (k - 1 - t)[:, None]
             with autocast:
-                predicted, _ = model(states, actions, rtg, timesteps, mask)
-            action = predicted[:, -1].float()
+                action = model.act(states, actions, rtg, timesteps, mask).float()
             actions[:, -1] = action
             obs, reward, terminated, truncated, _ = envs.step(
                 np.clip(action.cpu().numpy(), low, high)

@@ -31,9 +31,11 @@ class Block(nn.Module):
             nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(config.dropout)
         )
 
-    def forward(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor | None]:
-        attended, ksvd_j = self.attn(self.ln_1(x), mask)
-        x = x + attended
+    def forward(
+        self, x: Tensor, mask: Tensor, last_only: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        attended, ksvd_j = self.attn(self.ln_1(x), mask, last_only)
+        x = x[:, -1:] + attended if last_only else x + attended
         x = x + self.mlp(self.ln_2(x))
         return x, ksvd_j
 
@@ -62,6 +64,23 @@ class DecisionTransformer(nn.Module):
         self.predict_action = nn.Sequential(nn.Linear(dim, act_dim), nn.Tanh())
         self.apply(_init_weights)
 
+    def embed(
+        self, states: Tensor, actions: Tensor, returns_to_go: Tensor, timesteps: Tensor,
+        mask: Tensor,
+    ) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """Tokens (B, 3K, D) in the order R_1, s_1, a_1, R_2, ... and their padding mask."""
+        batch, length, _ = states.shape
+        time = self.embed_timestep(timesteps.clamp(0, self.max_timestep - 1))
+        tokens = torch.stack(
+            (
+                self.embed_return(returns_to_go.unsqueeze(-1)) + time,
+                self.embed_state(states) + time,
+                self.embed_action(actions) + time,
+            ),
+            dim=2,
+        ).reshape(batch, 3 * length, -1)
+        return self.drop(self.embed_ln(tokens)), mask.repeat_interleave(3, dim=1)
+
     def forward(
         self,
         states: Tensor,
@@ -76,17 +95,7 @@ class DecisionTransformer(nn.Module):
         blocks of mean_B(J^2), or zero when no block is Primal.
         """
         batch, length, _ = states.shape
-        time = self.embed_timestep(timesteps.clamp(0, self.max_timestep - 1))
-        tokens = torch.stack(
-            (
-                self.embed_return(returns_to_go.unsqueeze(-1)) + time,
-                self.embed_state(states) + time,
-                self.embed_action(actions) + time,
-            ),
-            dim=2,
-        ).reshape(batch, 3 * length, -1)  # (R_1, s_1, a_1, R_2, s_2, a_2, ...)
-        token_mask = mask.repeat_interleave(3, dim=1)
-        x = self.drop(self.embed_ln(tokens))
+        x, token_mask = self.embed(states, actions, returns_to_go, timesteps, mask)
         ksvd_terms = []
         for block in self.blocks:
             x, ksvd_j = block(x, token_mask)
@@ -99,6 +108,20 @@ class DecisionTransformer(nn.Module):
         else:
             ksvd_loss = torch.zeros((), device=states.device)
         return predicted, ksvd_loss
+
+    def act(
+        self, states: Tensor, actions: Tensor, returns_to_go: Tensor, timesteps: Tensor,
+        mask: Tensor,
+    ) -> Tensor:  # fmt: skip
+        """The action (B, A) for the last step of each window: forward(...)[0][:, -1], computed
+        without the outputs nobody reads. The last action token is dropped (causally it cannot
+        reach the last state token), and the final block works out the last state token alone."""
+        x, token_mask = self.embed(states, actions, returns_to_go, timesteps, mask)
+        x, token_mask = x[:, :-1], token_mask[:, :-1]
+        for block in self.blocks[:-1]:
+            x, _ = block(x, token_mask)
+        x, _ = self.blocks[-1](x, token_mask, last_only=True)
+        return self.predict_action(self.ln_f(x[:, 0]))
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -37,7 +37,7 @@ def make_model(primal_blocks: str | list[int], seed: int = 0) -> DecisionTransfo
 
 
 def make_batch(seed: int = 1, mask: Tensor | None = None) -> dict[str, Tensor]:
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(torch.get_default_device()).manual_seed(seed)
     return {
         "states": torch.randn(BATCH, K, STATE_DIM, generator=gen),
         "actions": torch.rand(BATCH, K, ACT_DIM, generator=gen) * 2 - 1,
@@ -79,7 +79,7 @@ def test_later_timesteps_do_not_change_earlier_predictions(primal_blocks) -> Non
     batch = make_batch()
     predicted, _ = predict(model, batch)
     assert predicted.shape == (BATCH, K, ACT_DIM)
-    gen = torch.Generator().manual_seed(2)
+    gen = torch.Generator(torch.get_default_device()).manual_seed(2)
     for t in range(K - 1):
         later = torch.zeros(BATCH, K, dtype=torch.bool)
         later[:, t + 1 :] = True
@@ -96,7 +96,7 @@ def test_action_at_t_is_not_seen_by_its_own_prediction(primal_blocks) -> None:
     model = make_model(primal_blocks)
     batch = make_batch()
     predicted, _ = predict(model, batch)
-    gen = torch.Generator().manual_seed(3)
+    gen = torch.Generator(torch.get_default_device()).manual_seed(3)
     for t in range(K):
         new = {name: value.clone() for name, value in batch.items()}
         new["actions"][:, t] = torch.rand(BATCH, ACT_DIM, generator=gen) * 2 - 1
@@ -124,7 +124,7 @@ def test_padded_steps_change_neither_predictions_nor_ksvd_loss(primal_blocks) ->
     predicted, ksvd = predict(model, batch)
     assert torch.isfinite(predicted).all()
     assert torch.isfinite(ksvd)
-    gen = torch.Generator().manual_seed(4)
+    gen = torch.Generator(torch.get_default_device()).manual_seed(4)
     for _ in range(3):
         new_predicted, new_ksvd = predict(model, resample(batch, ~mask, gen))
         torch.testing.assert_close(new_predicted[mask], predicted[mask], atol=1e-6, rtol=0)
@@ -241,3 +241,17 @@ def test_validate_rejects_bad_model_config(overrides) -> None:
         setattr(config, name, value)
     with pytest.raises(ConfigError):
         config.validate()
+
+
+@pytest.mark.parametrize("primal_blocks", PRIMAL_CHOICES, ids=IDS)
+@pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
+def test_act_is_the_last_prediction_of_forward(primal_blocks, padded: bool) -> None:
+    """act() skips the outputs nobody reads; in float64 it must give forward's last action."""
+    model = make_model(primal_blocks).double()
+    batch = make_batch(mask=left_padding_mask() if padded else None)
+    batch = {k: v.double() if v.is_floating_point() else v for k, v in batch.items()}
+    with torch.no_grad():
+        expected = model(**batch)[0][:, -1]
+        acted = model.act(**batch)
+    assert acted.shape == (BATCH, ACT_DIM)
+    torch.testing.assert_close(acted, expected, rtol=1e-12, atol=1e-12)
