@@ -175,9 +175,22 @@ class Evaluator:
             tmp.replace(self.run_dir / BEST_NAME)
             record["best"] = True
         self._log_scalars(record)
+        self._log_spectrum(path, record["step"])
         append_result(self.run_dir, record)
         self.log(describe(record))
         return record
+
+    def _log_spectrum(self, path: Path, step: int) -> None:
+        """The snapshot's attention spectrum as TensorBoard images (spectrum.py). Optional: when
+        it cannot be computed (no matplotlib, dataset not on this machine) only it is missing."""
+        from primal_dt.spectrum import log_spectrum
+
+        try:
+            log_spectrum(self._writer, self.run_dir, path, step, self.device())
+        except Exception as err:
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            self.log(f"step {step}: attention spectrum not logged: {type(err).__name__}: {reason}")
+        self._writer.flush()
 
     def _log_scalars(self, record: dict[str, Any]) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -226,15 +239,18 @@ class Evaluator:
             self._writer.close()
 
 
-def serve(run_dir: str, options: EvalOptions, finish: Any, poll_seconds: float = 0.5) -> None:
+def serve(
+    run_dir: str, options: EvalOptions, finish: Any, parent: int, poll_seconds: float = 0.5
+) -> None:
     """The evaluation process beside training: evaluate queued snapshots until the trainer sets
-    `finish`, then empty the queue and exit. Ctrl-C is left to the trainer, which stops us."""
+    `finish`, then empty the queue and exit. Ctrl-C is left to the trainer, which stops us; if the
+    trainer dies without a word (SIGKILL), we notice that our parent changed and exit too."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if options.device == "cpu" or not torch.cuda.is_available():
         torch.set_num_threads(1)  # leave the cores to training
     evaluator = Evaluator(Path(run_dir), options, log=lambda line: None)
     try:
-        while True:
+        while os.getppid() == parent:
             finishing = finish.is_set()
             evaluator.evaluate_queue()
             if finishing:
@@ -277,11 +293,11 @@ class EvalService:
         self.restarts = 0
 
     def start(self) -> None:
+        # Not a daemon: eval.workers > 1 starts environment processes of its own.
         self.process = self.context.Process(
             target=serve,
-            args=(str(self.run_dir), self.options, self.finish_event),
+            args=(str(self.run_dir), self.options, self.finish_event, os.getpid()),
             name="primal-dt-eval",
-            daemon=True,
         )
         self.process.start()
 

@@ -55,7 +55,7 @@ def test_training_hands_evaluations_to_the_service(minari_root, tmp_path, capsys
     (run_dir / "eval_queue").mkdir(parents=True)
     (run_dir / "eval_queue" / "step_00000003.pt").write_bytes(b"garbage")
     extra = ("train.eval_every=5", "eval.targets=[1800.0]", "eval.final_episodes=3",
-             "train.ckpt_every=5")  # fmt: skip
+             "train.ckpt_every=5", "eval.workers=2")  # fmt: skip
     assert main(train_args(run_dir, 15, *extra)) == 0
     out, err = capsys.readouterr()
     assert "step 3: evaluation failed: CheckpointError" in err
