@@ -25,7 +25,7 @@ from bench_common import (
     run_isolated,
     synchronize,
 )
-from readme_table import write_readme_section
+from readme_table import publish
 
 from primal_dt.attention import CausalSelfAttention, PrimalAttention
 
@@ -95,20 +95,18 @@ def main() -> None:
             f"{soft['ms'] / primal['ms']:.1f}x | {soft['bytes'] / 2**20:.0f} | "
             f"{primal['bytes'] / 2**20:.0f} | {soft['bytes'] / max(primal['bytes'], 1):.1f}x |"
         )
-    table = "\n".join([
+    caption = (
         f"One attention layer, forward + backward, batch {args.batch}, embed 256, 4 heads, "
         f"Primal rank 64, on {device_name(device)}, torch {torch.__version__} "
         f"(median of {args.repeats}; peak memory above the inputs"
-        + (", process peak resident size on CPU" if device.type == "cpu" else "") + "):",
-        "",
+        + (", process peak resident size on CPU" if device.type == "cpu" else "")
+        + "):"
+    )
+    header = (
         "| K (timesteps) | tokens | softmax ms | Primal ms | Primal speed-up | softmax MiB "
-        "| Primal MiB | memory ratio |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *rows,
-    ])  # fmt: skip
-    print(table)
-    if args.write_readme:
-        write_readme_section(f"bench_attention_{device.type}", table)
+        "| Primal MiB | memory ratio |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
+    publish(f"bench_attention_{device.type}", caption, header, rows, args.write_readme)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,13 @@ every evaluator's returns are checked against it.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
-from readme_table import write_readme_section
+from bench_common import device_name
+from readme_table import publish
 
 from primal_dt.config import load_config, named_config_path
 from primal_dt.evaluate import (
@@ -104,23 +103,16 @@ def main() -> None:
     rows = []
     for label, (policy, setup) in policies.items():
         rows += measure(label, policy, setup, args)
-    device_name = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else f"CPU, {os.cpu_count()} cores ({platform.machine()}), {torch.get_num_threads()} threads"
-    )
-    table = "\n".join([
-        f"{args.episodes} HalfCheetah-v5 episodes of 1000 steps on {device_name}, "
+    caption = (
+        f"{args.episodes} HalfCheetah-v5 episodes of 1000 steps on {device_name(device)}, "
         f"torch {torch.__version__}; the sequential loop ran the first "
-        f"{args.sequential_episodes} of them:",
-        "",
-        "| model | evaluator | episodes | seconds | env steps / s | speed-up | same returns |",
-        "|---|---|---:|---:|---:|---:|---|",
-        *rows,
-    ])  # fmt: skip
-    print(table)
-    if args.write_readme:
-        write_readme_section(f"bench_eval_{device.type}", table)
+        f"{args.sequential_episodes} of them:"
+    )
+    header = (
+        "| model | evaluator | episodes | seconds | env steps / s | speed-up | same returns |"
+        "\n|---|---|---:|---:|---:|---:|---|"
+    )
+    publish(f"bench_eval_{device.type}", caption, header, rows, args.write_readme)
 
 
 if __name__ == "__main__":

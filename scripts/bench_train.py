@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 from bench_common import device_name, peak_memory, reset_peak_memory, run_isolated, synchronize
-from readme_table import write_readme_section
+from readme_table import publish
 
 from primal_dt.config import load_config, named_config_path
 from primal_dt.data import Episode, TaskData
@@ -115,19 +115,17 @@ def main() -> None:
                 f"| {primal['steps_per_sec'] / dt['steps_per_sec']:.2f}x "
                 f"| {dt['bytes'] / 2**20:.0f} | {primal['bytes'] / 2**20:.0f} |"
             )
-    table = "\n".join([
+    caption = (
         f"Training steps per second (batch 64, K 20, {steps} timed steps) and peak memory "
         f"(above the resident model and data"
         + ("; process peak resident size on CPU" if device.type == "cpu" else "")
-        + f") on {device_name(device)}, torch {torch.__version__}:",
-        "",
-        "| size | mode | DT steps/s | Primal-DT steps/s | Primal-DT / DT | DT MiB | Primal-DT MiB |",
-        "|---|---|---:|---:|---:|---:|---:|",
-        *rows,
-    ])  # fmt: skip
-    print(table)
-    if args.write_readme:
-        write_readme_section(f"bench_train_{device.type}", table)
+        + f") on {device_name(device)}, torch {torch.__version__}:"
+    )
+    header = (
+        "| size | mode | DT steps/s | Primal-DT steps/s | Primal-DT / DT | DT MiB "
+        "| Primal-DT MiB |\n|---|---|---:|---:|---:|---:|---:|"
+    )
+    publish(f"bench_train_{device.type}", caption, header, rows, args.write_readme)
 
 
 if __name__ == "__main__":

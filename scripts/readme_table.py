@@ -19,3 +19,12 @@ def write_readme_section(name: str, text: str, readme: Path = README) -> None:
         )
     readme.write_text(pattern.sub(lambda _: block, content))
     print(f"wrote the {name} table to {readme}")
+
+
+def publish(name: str, caption: str, header: str, rows: list[str], write: bool) -> None:
+    """Print a benchmark's Markdown table (header: '| a | b |' with alignment row included) and,
+    with write, put it into the README."""
+    table = "\n".join([caption, "", header, *rows])
+    print(table)
+    if write:
+        write_readme_section(name, table)
