@@ -21,6 +21,7 @@ def _train(args: argparse.Namespace) -> int:
     with StopSignals() as stop:  # a signal while the data loads still ends with a checkpoint
         trainer = _make_trainer(args)
         print(f"run directory: {trainer.run_dir}", file=sys.stderr)
+        print(f"dataset: {_describe(trainer.data.task.dataset_ids)}", file=sys.stderr)
         final = trainer.run(progress=not args.no_progress, stop=stop)
     if final is not None:
         print(format_table([final]))
@@ -35,7 +36,7 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
     from primal_dt.train import default_run_dir, resume_run, start_run
 
     if args.resume:
-        given = (args.env, args.dataset, args.config, args.set, args.device)
+        given = (args.env, args.dataset, args.config, args.set, args.device, args.compile)
         if any(given) or args.seed is not None or args.final_episodes is not None:
             raise ConfigError(
                 "--resume continues a run with its saved task and config; only --steps, "
@@ -56,6 +57,8 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
             overrides.append(f"{key}={json.dumps(value)}")
     if args.offline:
         overrides.append("data.download=false")
+    if args.compile:
+        overrides.append("train.compile=true")
     config = load_config(config_file, overrides, task=task.name)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(
         task.name, config_file.stem, config.train.seed
@@ -99,6 +102,166 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _describe(dataset_ids: tuple[str, ...]) -> str:
+    from primal_dt.sources import describe
+
+    return describe(dataset_ids)
+
+
+def _datasets_list(args: argparse.Namespace) -> int:
+    from primal_dt.datasets import format_list, list_datasets
+
+    print(format_list(list_datasets()))
+    return 0
+
+
+def _datasets_info(args: argparse.Namespace) -> int:
+    from primal_dt.datasets import dataset_info
+
+    print(dataset_info(args.id))
+    return 0
+
+
+def _datasets_download(args: argparse.Namespace) -> int:
+    from primal_dt.datasets import download
+
+    print(f"{args.id}: {download(args.id)}")
+    return 0
+
+
+def _datasets_make(args: argparse.Namespace) -> int:
+    from primal_dt.datasets import MakeOptions, make_dataset
+
+    fields = {  # options not given keep MakeOptions' defaults
+        k: v
+        for k, v in vars(args).items()
+        if k in MakeOptions.__dataclass_fields__ and v is not None
+    }
+    options = MakeOptions(**fields, download=not args.offline)
+    dataset_id = make_dataset(
+        options, log=lambda line: print(line, file=sys.stderr), progress=not args.no_progress
+    )
+    print(dataset_id)
+    return 0
+
+
+def _add_datasets_parser(commands: argparse._SubParsersAction) -> None:
+    datasets = commands.add_parser("datasets", help="list, describe, download or make datasets")
+    actions = datasets.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="datasets here and official ones, with their state")
+    listing.set_defaults(func=_datasets_list)
+    info = actions.add_parser("info", help="episodes, returns, reference scores, provenance")
+    info.add_argument("id", metavar="ID", help="dataset id or task name (e.g. hopper-bundled)")
+    info.set_defaults(func=_datasets_info)
+    fetch = actions.add_parser("download", help="fetch an official Minari dataset")
+    fetch.add_argument("id", metavar="ID", help="e.g. mujoco/hopper/medium-v0")
+    fetch.set_defaults(func=_datasets_download)
+
+    make = actions.add_parser(
+        "make", help="record a D4RL-style dataset as primal-dt/<env>/<name>-v0 in the Minari root"
+    )
+    make.add_argument("--env", required=True, help="halfcheetah, hopper, walker2d or ant")
+    make.add_argument(
+        "--recipe", required=True, choices=("policy", "random", "medium-replay", "medium-expert")
+    )
+    make.add_argument("--name", help="the dataset's quality name (default: the recipe's)")
+    make.add_argument("--policy", metavar="FILE", help="policy recipe: an SB3 SAC/TQC .zip")
+    count = make.add_mutually_exclusive_group()
+    count.add_argument("--episodes", type=int, help="episodes to record")
+    count.add_argument("--steps", type=int, help="steps to record (default 1000000, as D4RL)")
+    make.add_argument("--deterministic", action="store_true", help="the policy's mean action")
+    make.add_argument("--seed", type=int, help="seeds episodes, sampled actions, SAC (default 0)")
+    make.add_argument(
+        "--expert-policy", metavar="FILE",
+        help="measure reference scores: this expert's and uniform-random mean returns",
+    )  # fmt: skip
+    make.add_argument("--ref-episodes", type=int, help="episodes per reference score (10)")
+    make.add_argument(
+        "--target-return", type=float,
+        help="medium-replay: stop SAC at this evaluation return (default: expert reference / 3)",
+    )  # fmt: skip
+    make.add_argument("--max-steps", type=int, help="medium-replay: step budget (1000000)")
+    make.add_argument("--eval-every", type=int, help="medium-replay: steps between evals (5000)")
+    make.add_argument("--eval-episodes", type=int, help="medium-replay: episodes per eval (5)")
+    make.add_argument("--learning-starts", type=int, help="medium-replay: SAC's (10000)")
+    make.add_argument(
+        "--policy-out", metavar="FILE", help="medium-replay: where the medium policy is saved"
+    )
+    make.add_argument("--offline", action="store_true", help="medium-expert: never download")
+    make.add_argument("--force", action="store_true", help="replace an existing dataset")
+    make.add_argument("--no-progress", action="store_true", help="no progress bar")
+    make.set_defaults(func=_datasets_make)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from primal_dt.sweep import SweepOptions, parse_list, run_sweep
+
+    options = SweepOptions(
+        tasks=parse_list(args.tasks, "--tasks"),
+        seeds=parse_list(args.seeds, "--seeds", int),
+        configs=parse_list(args.configs, "--configs"),
+        runs_dir=Path(args.runs_dir),
+        parallel=args.parallel,
+        steps=args.steps,
+        device=args.device,
+        offline=args.offline,
+        overrides=list(args.set or []),
+        ray_address=args.ray,
+        gpus_per_run=args.gpus_per_run,
+        cpus_per_run=args.cpus_per_run,
+    )
+    run_sweep(options, out=lambda line: print(line, flush=True))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from primal_dt.report import write_report
+
+    table, written = write_report(Path(args.runs_dir), Path(args.out) if args.out else None)
+    print(table)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
+    sweep = commands.add_parser(
+        "sweep", help="train a grid of tasks x configs x seeds; run again to resume it"
+    )
+    sweep.add_argument(
+        "--tasks", required=True, help="comma-separated, e.g. hopper-medium,walker2d-medium"
+    )
+    sweep.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    sweep.add_argument(
+        "--configs", default="dt,primal-dt", help="comma-separated config names or .toml files"
+    )
+    sweep.add_argument(
+        "--runs-dir", default="runs", help="runs go to RUNS_DIR/<task>/<config>-s<seed> (runs)"
+    )
+    sweep.add_argument("--parallel", type=int, default=1, help="runs training at once (1)")
+    sweep.add_argument("--steps", type=int, help="training steps of every run (train.steps)")
+    sweep.add_argument("--device", help="auto, cpu, cuda or cuda:N, for every run")
+    sweep.add_argument("--offline", action="store_true", help="never download datasets")
+    sweep.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="config override for every run"
+    )
+    sweep.add_argument(
+        "--ray", metavar="ADDRESS", help="run on this Ray cluster (e.g. auto, or HOST:6379)"
+    )
+    sweep.add_argument(
+        "--gpus-per-run", type=float, default=0.25, help="with --ray: GPUs per run (0.25)"
+    )
+    sweep.add_argument("--cpus-per-run", type=int, default=1, help="with --ray: CPUs per run (1)")
+    sweep.set_defaults(func=_sweep)
+
+    report = commands.add_parser(
+        "report", help="score tables, learning curves and attention spectra of a runs directory"
+    )
+    report.add_argument("runs_dir", metavar="RUNS_DIR", help="e.g. the --runs-dir of a sweep")
+    report.add_argument("--out", metavar="DIR", help="where to write (default RUNS_DIR/report)")
+    report.set_defaults(func=_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="primal-dt",
@@ -119,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument(
         "--final-episodes", type=int, help="episodes per target at the end (eval.final_episodes)"
+    )
+    train.add_argument(
+        "--compile", action="store_true", help="torch.compile the model (train.compile)"
     )
     train.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override a config value, repeatable"
@@ -153,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     evaluate.add_argument("--json", action="store_true", help="print the records as JSON")
     evaluate.set_defaults(func=_eval)
+    _add_datasets_parser(commands)
+    _add_sweep_parsers(commands)
     return parser
 
 

@@ -1,7 +1,8 @@
 """Minari episodes -> normalised tensors on the training device -> batches of K-step windows.
 
-Loading looks in the local Minari root first ($MINARI_DATASETS_PATH, default ~/.minari/datasets) and
-downloads only when allowed. Each episode's final observation row (Minari stores T+1) is dropped.
+Loading looks in the local Minari root first ($MINARI_DATASETS_PATH, default ~/.minari/datasets), then
+among the datasets bundled with primal-dt (read in place there), and downloads only when allowed.
+Each episode's final observation row (Minari stores T+1) is dropped.
 Sampling follows the DT paper: a trajectory with probability proportional to its length and a
 uniform start inside it, which is the same as a start drawn uniformly over all steps; windows that
 run past the episode's end are left-padded and masked. Batches are gathered with tensor indexing
@@ -22,6 +23,7 @@ import torch
 from torch import Tensor
 
 from primal_dt.errors import DatasetError
+from primal_dt.sources import find_dataset, minari_root
 from primal_dt.tasks import EnvInfo, Task, env_for_gym_id, quiet_mujoco_warnings
 
 
@@ -78,18 +80,12 @@ class TaskData:
         return states.mean(axis=0), states.std(axis=0) + 1e-6
 
 
-def minari_root() -> str:
-    return os.environ.get("MINARI_DATASETS_PATH") or os.path.join(
-        os.path.expanduser("~"), ".minari", "datasets"
-    )
-
-
 def _check_download_possible(dataset_id: str, where: str) -> None:
     """Fail in seconds, not after network time-outs, when a download cannot work."""
     if importlib.util.find_spec("huggingface_hub") is None:
         raise DatasetError(
             f"dataset {dataset_id} is not in {where}, and downloading it needs Minari's Hugging Face "
-            f"support: pip install 'primal-dt[download]' (or pass --offline and place it there)"
+            f"support: pip install 'primal-dt[download]' (or copy the dataset folder there)"
         )
     remote = os.environ.get("MINARI_REMOTE", "hf://farama-minari")
     if remote.startswith("hf://"):
@@ -107,24 +103,31 @@ def open_dataset(dataset_id: str, download: bool) -> Any:
     """minari.load_dataset with a clear error when the dataset is missing or unreadable."""
     import minari
 
-    root = minari_root()
-    where = os.path.join(root, dataset_id)
-    if not os.path.isdir(os.path.join(where, "data")):
+    found = find_dataset(dataset_id)
+    where = str(found) if found else os.path.join(minari_root(), dataset_id)
+    if found is None:
         if not download:
             raise DatasetError(
                 f"dataset {dataset_id} not found at {where} and download is off (--offline): "
-                f"set MINARI_DATASETS_PATH to the folder that holds it, copy it there, or record "
-                f"one with minari.create_dataset_from_buffers"
+                f"set MINARI_DATASETS_PATH to the folder that holds it, copy it there, or make "
+                f"one with primal-dt datasets make (primal-dt datasets list shows what is here)"
             )
-        _check_download_possible(dataset_id, where)
-        try:
-            minari.download_dataset(dataset_id)
-        except Exception as err:  # Minari raises ValueError, hub errors, OSError...
-            raise DatasetError(f"could not download dataset {dataset_id}: {err}") from None
+        download_dataset(dataset_id)
     try:
-        return minari.load_dataset(dataset_id)
+        return minari.MinariDataset(os.path.join(where, "data"))
     except Exception as err:
         raise DatasetError(f"cannot read dataset {dataset_id} at {where}: {err}") from None
+
+
+def download_dataset(dataset_id: str) -> None:
+    """Fetch an official dataset into the Minari root, failing fast when that cannot work."""
+    import minari
+
+    _check_download_possible(dataset_id, os.path.join(minari_root(), dataset_id))
+    try:
+        minari.download_dataset(dataset_id)
+    except Exception as err:  # Minari raises ValueError, hub errors, OSError...
+        raise DatasetError(f"could not download dataset {dataset_id}: {err}") from None
 
 
 def _read_episodes(dataset: Any, dataset_id: str) -> list[Episode]:
@@ -167,12 +170,14 @@ def _check_spaces(episodes: list[Episode], env: Any, dataset_id: str) -> list[Ep
     return episodes
 
 
-def _reference_scores(dataset: Any, env: EnvInfo | None, dataset_id: str) -> ReferenceScores | None:
+def reference_scores(dataset: Any, env: EnvInfo | None, dataset_id: str) -> ReferenceScores | None:
     """The dataset's own ref_min_score/ref_max_score first, else the envs/ constants."""
     metadata = dataset.storage.metadata
     low, high = metadata.get("ref_min_score"), metadata.get("ref_max_score")
     if low is not None and high is not None and high != low:
-        return ReferenceScores(float(low), float(high), f"Minari metadata of {dataset_id}")
+        measured = (metadata.get("provenance") or {}).get("reference")
+        how = f", {measured['how']}" if isinstance(measured, dict) and "how" in measured else ""
+        return ReferenceScores(float(low), float(high), f"Minari metadata of {dataset_id}{how}")
     if env is not None:
         return ReferenceScores(env.ref_random, env.ref_expert, env.ref_source)
     return None
@@ -199,7 +204,7 @@ def load_task_data(task: Task, download: bool) -> TaskData:
             )
         env_spec = spec
         env = task.env or env_for_gym_id(spec.id)
-        reference = reference or _reference_scores(dataset, env, dataset_id)
+        reference = reference or reference_scores(dataset, env, dataset_id)
     assert env_spec is not None
     env = task.env or env_for_gym_id(env_spec.id)
     dims = {(ep.observations.shape[1], ep.actions.shape[1]) for ep in episodes}

@@ -3,10 +3,16 @@
 Uses minari.create_dataset_from_buffers, so the result is an ordinary Minari dataset that
 minari.load_dataset opens; no extra dependencies (DataCollector would pull in jax). Behaviour
 policies are either uniform-random or Stable-Baselines3 models (SAC, or TQC from sb3-contrib).
+What was recorded, and how, goes into the dataset's metadata under "provenance" (Minari keeps any
+extra metadata key), so a dataset always says where it came from.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.metadata
+import platform
 import warnings
 import zipfile
 from collections.abc import Callable
@@ -15,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from tqdm import tqdm
 
 from primal_dt.errors import DatasetError
 from primal_dt.tasks import make_env
@@ -32,16 +39,26 @@ def random_policy(action_space: gym.spaces.Box, seed: int) -> PolicyFn:
     return act
 
 
-def sb3_policy(path: str | Path, deterministic: bool = False) -> PolicyFn:
-    """A Stable-Baselines3 SAC or TQC policy file as a function of the observation."""
+def sb3_algorithm(path: str | Path) -> str:
+    """ "SAC" or "TQC", read from the policy file without loading it."""
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as archive:
             data = archive.read("data").decode()
     except (OSError, KeyError, zipfile.BadZipFile) as err:
         raise DatasetError(f"{path} is not a Stable-Baselines3 policy file: {err}") from None
+    return "TQC" if '"sb3_contrib.tqc' in data else "SAC"
+
+
+def sb3_policy(path: str | Path, deterministic: bool = False, seed: int | None = None) -> PolicyFn:
+    """A Stable-Baselines3 SAC or TQC policy file as a function of the observation.
+
+    Sampled actions come from torch's global generator: give `seed` to make a recording repeatable.
+    """
+    path = Path(path)
+    algorithm = sb3_algorithm(path)
     try:
-        if '"sb3_contrib.tqc' in data:
+        if algorithm == "TQC":
             from sb3_contrib import TQC as Algorithm
         else:
             from stable_baselines3 import SAC as Algorithm
@@ -50,6 +67,8 @@ def sb3_policy(path: str | Path, deterministic: bool = False) -> PolicyFn:
             "recording from a policy file needs pip install 'primal-dt[record]'"
         ) from None
     model = Algorithm.load(path, device="cpu")
+    if seed is not None:
+        model.set_random_seed(seed)
 
     def act(observation: np.ndarray) -> np.ndarray:
         action, _ = model.predict(observation, deterministic=deterministic)
@@ -58,21 +77,63 @@ def sb3_policy(path: str | Path, deterministic: bool = False) -> PolicyFn:
     return act
 
 
+def policy_record(path: str | Path, deterministic: bool) -> dict[str, Any]:
+    """What identifies a policy file in provenance: its path as given, sha256 and algorithm."""
+    return {
+        "file": str(path),
+        "sha256": sha256(path),
+        "algorithm": sb3_algorithm(path),
+        "deterministic": deterministic,
+    }
+
+
+def sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def versions() -> dict[str, str]:
+    """The versions that shape a recording: Python and the packages that step or act."""
+    found = {"python": platform.python_version()}
+    for name in ("primal-dt", "minari", "gymnasium", "mujoco", "numpy", "torch",
+                 "stable-baselines3", "sb3-contrib"):  # fmt: skip
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[name] = importlib.metadata.version(name)
+    return found
+
+
 def record_episodes(
     env_id: str,
     policy: PolicyFn,
-    episodes: int,
-    seed: int,
+    episodes: int | None = None,
+    seed: int = 0,
     max_episode_steps: int | None = None,
+    steps: int | None = None,
+    progress: bool = False,
 ) -> list[Any]:
-    """Roll `policy` out for `episodes` episodes (seeds seed, seed+1, ...) into Minari buffers."""
+    """Roll `policy` out into Minari buffers: `episodes` episodes, or exactly `steps` steps.
+
+    Episode i is reset with seed + i. With a step budget the last episode is cut where the budget
+    ends and marked truncated, as a time limit would.
+    """
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
+    budget = steps if episodes is None else episodes
+    if (episodes is None) == (steps is None) or budget is None or budget <= 0:
+        raise DatasetError(
+            f"record a positive number of episodes or of steps, not both "
+            f"(got episodes={episodes}, steps={steps})"
+        )
     env = make_env(env_id, max_episode_steps)
-    buffers = []
+    buffers: list[Any] = []
+    total = 0
+    bar = tqdm(total=budget, disable=not progress, unit="step" if steps else "episode")
     try:
-        for index in range(episodes):
-            observation, _ = env.reset(seed=seed + index)
+        while (total if steps else len(buffers)) < budget:
+            observation, _ = env.reset(seed=seed + len(buffers))
             observations, actions, rewards, terminations, truncations = (
                 [observation],
                 [],
@@ -83,6 +144,8 @@ def record_episodes(
             while True:
                 action = policy(observation)
                 observation, reward, terminated, truncated, _ = env.step(action)
+                total += 1
+                truncated = truncated or total == steps
                 observations.append(observation)
                 actions.append(action)
                 rewards.append(reward)
@@ -90,10 +153,11 @@ def record_episodes(
                 truncations.append(truncated)
                 if terminated or truncated:
                     break
+            bar.update(len(rewards) if steps else 1)
             buffers.append(
                 EpisodeBuffer(
-                    id=index,
-                    seed=seed + index,
+                    id=len(buffers),
+                    seed=seed + len(buffers),
                     observations=np.asarray(observations),
                     actions=np.asarray(actions, dtype=env.action_space.dtype),
                     rewards=np.asarray(rewards),
@@ -102,8 +166,15 @@ def record_episodes(
                 )
             )
     finally:
+        bar.close()
         env.close()
     return buffers
+
+
+def mean_return(env_id: str, policy: PolicyFn, episodes: int, seed: int) -> float:
+    """The mean undiscounted return of `policy` over `episodes` episodes (seeds seed, seed+1...)."""
+    buffers = record_episodes(env_id, policy, episodes, seed)
+    return float(np.mean([np.sum(b.rewards) for b in buffers]))
 
 
 def write_dataset(
@@ -114,15 +185,19 @@ def write_dataset(
     ref_max_score: float | None = None,
     algorithm_name: str = "unknown",
     description: str | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> Any:
-    """Write buffers as the Minari dataset `dataset_id` in the local root; returns the dataset."""
+    """Write buffers as the Minari dataset `dataset_id` in the local root; returns the dataset.
+
+    `provenance` (plain JSON values) is stored as the metadata key "provenance".
+    """
     import minari
 
     env = make_env(env_id)
     try:
         with warnings.catch_warnings():  # Minari warns about every optional field left empty
             warnings.simplefilter("ignore", UserWarning)
-            return minari.create_dataset_from_buffers(
+            dataset = minari.create_dataset_from_buffers(
                 dataset_id,
                 buffers,
                 env=env,
@@ -134,3 +209,6 @@ def write_dataset(
             )
     finally:
         env.close()
+    if provenance is not None:
+        dataset.storage.update_metadata({"provenance": provenance})
+    return dataset

@@ -1,8 +1,13 @@
 """Task names -> environment, Minari dataset ids, target returns and reference scores (from envs/).
 
 A task is `<env>-<quality>`: env is a file in envs/ (halfcheetah, hopper, walker2d, ant), quality is
-simple, medium, expert, or medium-expert (medium and expert combined, as in D4RL). Any other Minari
-dataset can be trained on by its id instead (`--dataset`).
+simple, medium, expert, medium-expert (medium and expert combined, as in D4RL), or any quality made
+locally with `primal-dt datasets make` (medium-replay, for one, exists only that way) or bundled
+with primal-dt (`hopper-bundled`). Any other Minari dataset can be trained on by its id instead
+(`--dataset`).
+
+A quality resolves to: the official dataset if it is in the Minari root, else primal-dt's own
+`primal-dt/<env>/<quality>-v0` (made locally, then bundled), else the official id, to be downloaded.
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ import gymnasium as gym
 
 from primal_dt.errors import TaskError
 from primal_dt.resources import resource_dir
+from primal_dt.sources import find_dataset, is_local_id, local_id, local_qualities
 
 COMBINED_QUALITIES = {"medium-expert": ("medium", "expert")}
+# Qualities D4RL has but Minari does not host for v5: valid once made with `primal-dt datasets make`.
+LOCAL_ONLY_QUALITIES = ("medium-replay",)
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,7 @@ class EnvInfo:
 
     @property
     def qualities(self) -> list[str]:
+        """The official qualities and their combinations; available_qualities() adds local ones."""
         combined = [
             q for q, parts in COMBINED_QUALITIES.items() if set(parts) <= set(self.datasets)
         ]
@@ -71,8 +80,37 @@ def load_envs() -> dict[str, EnvInfo]:
     return envs
 
 
+def available_qualities(env: EnvInfo) -> list[str]:
+    """Official qualities, those made locally or bundled, and the combinations their parts allow."""
+    local = [q for q in local_qualities(env.name) if q not in env.datasets]
+    have = {*env.datasets, *local}
+    combined = [
+        q for q, parts in COMBINED_QUALITIES.items() if set(parts) <= have and q not in have
+    ]
+    return [*env.datasets, *local, *combined]
+
+
 def task_names() -> list[str]:
-    return [f"{env.name}-{q}" for env in load_envs().values() for q in env.qualities]
+    return [f"{env.name}-{q}" for env in load_envs().values() for q in available_qualities(env)]
+
+
+def _resolve_part(env: EnvInfo, quality: str) -> str:
+    official = env.datasets.get(quality)
+    if official is not None and find_dataset(official) is not None:
+        return official
+    own = local_id(env.name, quality)
+    return own if official is None or find_dataset(own) is not None else official
+
+
+def resolve_dataset_ids(env: EnvInfo, quality: str) -> tuple[str, ...]:
+    """The dataset ids a quality stands for on this machine (see the module docstring)."""
+    parts = COMBINED_QUALITIES.get(quality)
+    if parts is None:
+        return (_resolve_part(env, quality),)
+    ids = tuple(_resolve_part(env, part) for part in parts)
+    official_here = all(not is_local_id(i) and find_dataset(i) is not None for i in ids)
+    combined = local_id(env.name, quality)
+    return (combined,) if find_dataset(combined) is not None and not official_here else ids
 
 
 def resolve_task(name: str) -> Task:
@@ -80,14 +118,21 @@ def resolve_task(name: str) -> Task:
     envs = load_envs()
     env_name, _, quality = name.partition("-")
     env = envs.get(env_name)
-    if env is None or quality not in env.qualities:
+    qualities = available_qualities(env) if env is not None else []
+    if env is not None and quality in LOCAL_ONLY_QUALITIES and quality not in qualities:
+        raise TaskError(
+            f"unknown task {name!r}: Minari hosts no {quality} dataset for {env.gym_id} and none "
+            f"was made here; make one with: primal-dt datasets make --env {env.name} "
+            f"--recipe {quality}"
+        )
+    if env is None or quality not in qualities:
         raise TaskError(
             f"unknown task {name!r}: a task is <env>-<quality> with env one of "
-            f"{', '.join(envs)} and quality one of simple, medium, expert, medium-expert "
-            f"(e.g. halfcheetah-medium), or pass --dataset ID to train on any Minari dataset"
+            f"{', '.join(envs)} and quality one of simple, medium, expert, medium-expert or one "
+            f"made locally (primal-dt datasets list shows them; e.g. halfcheetah-medium, "
+            f"hopper-bundled), or pass --dataset ID to train on any Minari dataset"
         )
-    parts = COMBINED_QUALITIES.get(quality, (quality,))
-    return Task(name=name, dataset_ids=tuple(env.datasets[p] for p in parts), env=env)
+    return Task(name=name, dataset_ids=resolve_dataset_ids(env, quality), env=env)
 
 
 def dataset_task(dataset_id: str) -> Task:

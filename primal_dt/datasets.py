@@ -1,0 +1,480 @@
+"""`primal-dt datasets`: list, describe, download and make D4RL-style Minari datasets.
+
+Made datasets are written as `primal-dt/<env>/<quality>-v0` in the Minari root, first into a hidden
+staging folder there and then renamed into place, so a failed or interrupted recording never leaves
+a half-written dataset. Recipes (after D4RL, Fu et al. 2020):
+
+- policy: episodes of a Stable-Baselines3 policy file (SAC or TQC), stochastic or deterministic;
+- random: uniform-random actions (D4RL's "random"; Minari's "simple" is a weak policy instead);
+- medium-replay: every transition a SAC agent saw while training up to a "medium" return;
+- medium-expert: the medium and expert datasets combined into one.
+
+Reference scores, when an expert policy is given, are measured on the v5 environment: the mean
+return of uniform-random actions and of the expert, stored as ref_min_score / ref_max_score.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from primal_dt.data import download_dataset, open_dataset, reference_scores
+from primal_dt.errors import DatasetError, TaskError
+from primal_dt.recording import (
+    mean_return,
+    policy_record,
+    random_policy,
+    record_episodes,
+    sb3_policy,
+    sha256,
+    versions,
+    write_dataset,
+)
+from primal_dt.sources import (
+    BUNDLED_ROOT,
+    find_dataset,
+    is_local_id,
+    local_id,
+    minari_root,
+    minari_root_at,
+    origin,
+)
+from primal_dt.tasks import (
+    EnvInfo,
+    available_qualities,
+    env_for_gym_id,
+    load_envs,
+    make_env,
+    resolve_dataset_ids,
+    resolve_task,
+)
+
+RECIPES = ("policy", "random", "medium-replay", "medium-expert")
+DEFAULT_QUALITY = {q: q for q in ("random", "medium-replay", "medium-expert")}  # policy: --name
+DEFAULT_STEPS = 1_000_000  # D4RL's and Minari's MuJoCo datasets hold a million steps
+Log = Callable[[str], None]
+
+
+# ---- list, info, download -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One row of `primal-dt datasets list`."""
+
+    dataset_id: str
+    state: str  # present, downloadable, made locally, bundled
+    episodes: int | None
+    steps: int | None
+    tasks: tuple[str, ...]
+
+
+def _datasets_in(root: Path) -> dict[str, dict[str, Any]]:
+    import minari
+
+    if not root.is_dir():
+        return {}
+    with minari_root_at(root):
+        return minari.list_local_datasets()
+
+
+def _task_names_by_id() -> dict[str, list[str]]:
+    names: dict[str, list[str]] = {}
+    for env in load_envs().values():
+        for quality in available_qualities(env):
+            for dataset_id in resolve_dataset_ids(env, quality):
+                names.setdefault(dataset_id, []).append(f"{env.name}-{quality}")
+    return names
+
+
+def list_datasets() -> list[Listed]:
+    """The datasets here (Minari root, bundled) and the official ids, each with its state."""
+    tasks = _task_names_by_id()
+    rows: dict[str, Listed] = {}
+
+    def add(dataset_id: str, state: str, metadata: dict[str, Any] | None) -> None:
+        rows[dataset_id] = Listed(
+            dataset_id, state,
+            metadata.get("total_episodes") if metadata else None,
+            metadata.get("total_steps") if metadata else None,
+            tuple(tasks.get(dataset_id, ())),
+        )  # fmt: skip
+
+    for dataset_id, metadata in _datasets_in(BUNDLED_ROOT).items():
+        add(dataset_id, "bundled", metadata)
+    for env in load_envs().values():
+        for dataset_id in env.datasets.values():
+            add(dataset_id, "downloadable", None)
+    for dataset_id, metadata in _datasets_in(Path(minari_root())).items():
+        add(dataset_id, "made locally" if is_local_id(dataset_id) else "present", metadata)
+    return sorted(rows.values(), key=lambda row: row.dataset_id)
+
+
+def format_list(rows: list[Listed]) -> str:
+    def count(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    width = max(len(row.dataset_id) for row in rows)
+    lines = [f"{'dataset':<{width}}  {'state':<12}  {'episodes':>8}  {'steps':>8}  task"]
+    for row in rows:
+        lines.append(
+            f"{row.dataset_id:<{width}}  {row.state:<12}  {count(row.episodes):>8}  "
+            f"{count(row.steps):>8}  {', '.join(row.tasks) or '-'}"
+        )
+    lines += [
+        f"Minari root: {minari_root()} (set MINARI_DATASETS_PATH to change it)",
+        "downloadable: primal-dt datasets download ID (needs the network and primal-dt[download])",
+        "make more: primal-dt datasets make --env ENV --recipe " + "|".join(RECIPES),
+    ]
+    return "\n".join(lines)
+
+
+def _ids_for(name: str) -> tuple[str, ...]:
+    """A dataset id as it is, or a task name (hopper-medium) as the ids it resolves to."""
+    if "/" in name:
+        return (name,)
+    try:
+        return resolve_task(name).dataset_ids
+    except TaskError:
+        raise DatasetError(
+            f"{name!r} is neither a dataset id (namespace/env/name-vN) nor a task name; "
+            f"primal-dt datasets list shows both"
+        ) from None
+
+
+def dataset_info(name: str) -> str:
+    """Episodes, steps, returns, reference scores and provenance of a dataset (or a task's)."""
+    import json
+
+    blocks = []
+    for dataset_id in _ids_for(name):
+        if find_dataset(dataset_id) is None:
+            raise DatasetError(
+                f"dataset {dataset_id} is not on this machine (looked in {minari_root()} and the "
+                f"bundled datasets); get it with primal-dt datasets download or make"
+            )
+        dataset = open_dataset(dataset_id, download=False)
+        metadata = dataset.storage.metadata
+        returns = np.array([float(np.sum(ep.rewards)) for ep in dataset.iterate_episodes()])
+        env_id = dataset.env_spec.id if dataset.env_spec else "unknown"
+        reference = reference_scores(dataset, env_for_gym_id(env_id), dataset_id)
+        lines = [
+            f"dataset      {dataset_id} ({origin(dataset_id)})",
+            f"environment  {env_id}",
+            f"episodes     {metadata['total_episodes']}",
+            f"steps        {metadata['total_steps']}",
+            f"return       min {returns.min():.1f}  mean {returns.mean():.1f}  "
+            f"max {returns.max():.1f}",
+            "reference    "
+            + (
+                f"random {reference.random:.2f}, expert {reference.expert:.2f} ({reference.source})"
+                if reference
+                else "none (scores cannot be normalised)"
+            ),
+            f"algorithm    {metadata.get('algorithm_name', 'unknown')}",
+            f"description  {metadata.get('description', '')}",
+        ]
+        provenance = metadata.get("provenance")
+        lines.append(
+            "provenance   "
+            + (
+                json.dumps(provenance, indent=2)
+                if provenance
+                else "none recorded (not made by primal-dt)"
+            )
+        )
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def download(dataset_id: str) -> str:
+    """Fetch an official dataset into the Minari root; returns where it is."""
+    if is_local_id(dataset_id):
+        raise DatasetError(
+            f"{dataset_id} is made locally, not downloaded: make it with primal-dt datasets make"
+        )
+    found = find_dataset(dataset_id)
+    if found is None:
+        download_dataset(dataset_id)
+        found = find_dataset(dataset_id)
+    return str(found)
+
+
+# ---- make ---------------------------------------------------------------------------------
+
+
+@dataclass
+class MakeOptions:
+    """What `primal-dt datasets make` was asked for (see the module docstring for the recipes)."""
+
+    env: str
+    recipe: str
+    name: str | None = None  # the quality in primal-dt/<env>/<name>-v0; default from the recipe
+    policy: str | None = None
+    episodes: int | None = None
+    steps: int | None = None
+    deterministic: bool = False
+    seed: int = 0
+    expert_policy: str | None = None
+    ref_episodes: int = 10
+    target_return: float | None = None  # medium-replay: default a third of the expert reference
+    max_steps: int = 1_000_000
+    eval_every: int = 5000
+    eval_episodes: int = 5
+    learning_starts: int = 10000
+    policy_out: str | None = None  # medium-replay: where the reached policy goes
+    download: bool = True  # medium-expert: fetch official parts missing here (--offline: never)
+    force: bool = False
+    root: str | None = None  # the Minari root to write to (default: minari_root())
+
+
+def _check(options: MakeOptions) -> tuple[EnvInfo, str]:
+    """Refuse bad combinations before anything slow runs; returns the env and the dataset id."""
+    env = load_envs().get(options.env)
+    if env is None:
+        raise TaskError(f"unknown env {options.env!r}: one of {', '.join(load_envs())}")
+    if options.recipe not in RECIPES:
+        raise DatasetError(f"unknown recipe {options.recipe!r}: one of {', '.join(RECIPES)}")
+    if options.recipe == "policy" and not options.policy:
+        raise DatasetError("--recipe policy needs --policy FILE (a Stable-Baselines3 .zip)")
+    if options.recipe != "policy" and options.policy:
+        raise DatasetError(f"--policy is for --recipe policy, not {options.recipe}")
+    recorded = options.recipe in ("policy", "random")
+    if not recorded and (options.episodes or options.steps):
+        raise DatasetError(
+            f"--episodes/--steps are for the policy and random recipes, not {options.recipe}"
+        )
+    if options.episodes is not None and options.steps is not None:
+        raise DatasetError("give --episodes N or --steps N, not both")
+    name = options.name or DEFAULT_QUALITY.get(options.recipe)
+    if name is None:
+        raise DatasetError(
+            "--recipe policy needs --name QUALITY (e.g. medium or expert): the dataset is "
+            f"{local_id(env.name, 'QUALITY')}"
+        )
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name) or re.search(r"-v\d+$", name):
+        raise DatasetError(
+            f"--name {name!r} must be lower-case words joined by '-' (e.g. medium), no version"
+        )
+    for label, path in (("--policy", options.policy), ("--expert-policy", options.expert_policy)):
+        if path and not Path(path).is_file():
+            raise DatasetError(f"{label} {path}: no such file")
+    for label, value in (("--episodes", options.episodes), ("--steps", options.steps),
+                         ("--ref-episodes", options.ref_episodes),
+                         ("--max-steps", options.max_steps), ("--eval-every", options.eval_every),
+                         ("--eval-episodes", options.eval_episodes)):  # fmt: skip
+        if value is not None and value <= 0:
+            raise DatasetError(f"{label} must be > 0, got {value}")
+    dataset_id = local_id(env.name, name)
+    root = Path(options.root or minari_root())
+    if (root / dataset_id).exists() and not options.force:
+        raise DatasetError(
+            f"dataset {dataset_id} already exists in {root}; pass --force to replace it"
+        )
+    return env, dataset_id
+
+
+def _reference(options: MakeOptions, env: EnvInfo, log: Log) -> dict[str, Any] | None:
+    """Mean returns of uniform-random actions and of the expert policy, measured on v5."""
+    if not options.expert_policy:
+        return None
+    n = options.ref_episodes
+    log(f"measuring reference scores on {env.gym_id}: {n} random and {n} expert episodes")
+    space = _action_space(env.gym_id)
+    random_seed = options.seed + 100_000
+    low = mean_return(env.gym_id, random_policy(space, random_seed), n, seed=random_seed)
+    expert_seed = options.seed + 200_000
+    expert = sb3_policy(options.expert_policy, deterministic=False, seed=expert_seed)
+    high = mean_return(env.gym_id, expert, n, seed=expert_seed)
+    name = _short(options.expert_policy)
+    return {
+        "random": low,
+        "expert": high,
+        "episodes": n,
+        "expert_policy": policy_record(options.expert_policy, deterministic=False),
+        "how": f"measured on {env.gym_id}: mean return over {n} episodes of uniform-random "
+        f"actions and of {name} (stochastic actions)",
+    }
+
+
+def _action_space(gym_id: str) -> Any:
+    env = make_env(gym_id)
+    env.close()
+    return env.action_space
+
+
+def _short(path: str) -> str:
+    """sac/Hopper-v5.zip: enough of a policy path to tell it apart in a one-line description."""
+    return "/".join(Path(path).parts[-2:])
+
+
+def _record(options: MakeOptions, env: EnvInfo, dataset_id: str, log: Log, progress: bool):
+    """The recipe's episodes, algorithm name, description and recipe-specific provenance."""
+    count = (
+        {"episodes": options.episodes}
+        if options.episodes
+        else {"steps": options.steps or DEFAULT_STEPS}
+    )
+    if options.recipe == "policy":
+        assert options.policy is not None
+        policy = sb3_policy(options.policy, options.deterministic, seed=options.seed)
+        buffers = record_episodes(env.gym_id, policy, seed=options.seed, progress=progress, **count)
+        used = policy_record(options.policy, options.deterministic)
+        mode = "deterministic" if options.deterministic else "stochastic"
+        about = f"{used['algorithm']} policy {_short(options.policy)}, {mode} actions"
+        return buffers, used["algorithm"], about, {"policy": used, **count}
+    if options.recipe == "random":
+        space = _action_space(env.gym_id)
+        policy = random_policy(space, options.seed)
+        buffers = record_episodes(env.gym_id, policy, seed=options.seed, progress=progress, **count)
+        return buffers, "random", "uniform-random actions", {"policy": "uniform-random", **count}
+    if options.recipe == "medium-replay":
+        return _medium_replay(options, env, dataset_id, log)
+    return _medium_expert(options, env)
+
+
+def _medium_replay(options: MakeOptions, env: EnvInfo, dataset_id: str, log: Log):
+    try:
+        from primal_dt.replay import train_sac_replay
+    except ImportError:
+        raise DatasetError(
+            "--recipe medium-replay trains SAC and needs pip install 'primal-dt[record]'"
+        ) from None
+    target = options.target_return
+    if target is None:
+        target = round(env.ref_expert / 3, 1)
+    log(f"training SAC on {env.gym_id} until its evaluation return reaches {target} "
+        f"or {options.max_steps} steps")  # fmt: skip
+    run = train_sac_replay(
+        env.gym_id, target, options.max_steps, seed=options.seed, eval_every=options.eval_every,
+        eval_episodes=options.eval_episodes, learning_starts=options.learning_starts, log=log,
+    )  # fmt: skip
+    root = Path(options.root or minari_root())
+    policy_out = Path(options.policy_out or root / f"{dataset_id}-medium-policy.zip")
+    policy_out.parent.mkdir(parents=True, exist_ok=True)
+    run.model.save(policy_out)
+    log(f"{'reached' if run.reached else 'did not reach'} {target} after {run.steps} steps; "
+        f"policy saved to {policy_out}")  # fmt: skip
+    training = {
+        "algorithm": "SAC (stable-baselines3 defaults, MlpPolicy)",
+        "target_return": target,
+        "max_steps": options.max_steps,
+        "learning_starts": options.learning_starts,
+        "eval_every": options.eval_every,
+        "eval_episodes": options.eval_episodes,
+        "eval_deterministic": True,
+        "steps": run.steps,
+        "reached": run.reached,
+        "eval_history": [[step, value] for step, value in run.history],
+        "medium_policy": {"file": str(policy_out), "sha256": sha256(policy_out)},
+    }
+    about = f"every transition of SAC training until return {target} ({run.steps} steps)"
+    return run.episodes, "SAC (training replay)", about, {"training": training}
+
+
+def _medium_expert(options: MakeOptions, env: EnvInfo):
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    buffers: list[Any] = []
+    sources = []
+    for part in ("medium", "expert"):
+        (dataset_id,) = resolve_dataset_ids(env, part)
+        dataset = open_dataset(dataset_id, options.download)
+        metadata = dataset.storage.metadata
+        sources.append({
+            "id": dataset_id,
+            "origin": origin(dataset_id),
+            "episodes": metadata["total_episodes"],
+            "steps": metadata["total_steps"],
+            "ref_min_score": metadata.get("ref_min_score"),
+            "ref_max_score": metadata.get("ref_max_score"),
+            "provenance": metadata.get("provenance"),
+        })  # fmt: skip
+        for episode in dataset.iterate_episodes():
+            buffers.append(
+                EpisodeBuffer(
+                    id=len(buffers),
+                    observations=episode.observations,
+                    actions=episode.actions,
+                    rewards=episode.rewards,
+                    terminations=episode.terminations,
+                    truncations=episode.truncations,
+                )
+            )
+    about = f"{sources[0]['id']} and {sources[1]['id']} combined"
+    return buffers, "medium + expert", about, {"sources": sources}
+
+
+def _copied_reference(extra: dict[str, Any]) -> dict[str, Any] | None:
+    """medium-expert without an expert policy: the expert part's own scores, else the medium's."""
+    for source in reversed(extra.get("sources", [])):
+        if source["ref_min_score"] is not None and source["ref_max_score"] is not None:
+            return {
+                "random": source["ref_min_score"],
+                "expert": source["ref_max_score"],
+                "how": f"copied from the metadata of {source['id']}",
+            }
+    return None
+
+
+def make_dataset(
+    options: MakeOptions, log: Log = lambda message: None, progress: bool = False
+) -> str:
+    """Record the recipe's dataset into the Minari root; returns its id."""
+    env, dataset_id = _check(options)
+    buffers, algorithm, about, extra = _record(options, env, dataset_id, log, progress)
+    reference = _reference(options, env, log) or _copied_reference(extra)
+    provenance = {
+        "recipe": options.recipe,
+        "env_id": env.gym_id,
+        "seed": options.seed,
+        **extra,
+        "reference": reference,
+        "made_by": "primal-dt datasets make",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "versions": versions(),
+    }
+    steps = sum(len(b.rewards) for b in buffers)
+    root = Path(options.root or minari_root())
+    description = f"primal-dt {options.recipe} recipe on {env.gym_id}: {about}"
+    _write_in_place(
+        root, dataset_id, options.force,
+        lambda: write_dataset(
+            dataset_id, env.gym_id, buffers,
+            ref_min_score=reference["random"] if reference else None,
+            ref_max_score=reference["expert"] if reference else None,
+            algorithm_name=algorithm, description=description, provenance=provenance,
+        ),
+    )  # fmt: skip
+    log(f"wrote {dataset_id}: {len(buffers)} episodes, {steps} steps, in {root}")
+    return dataset_id
+
+
+def _write_in_place(root: Path, dataset_id: str, force: bool, write: Callable[[], Any]) -> None:
+    """Run `write` into a hidden staging root, then rename the dataset into `root` in one step."""
+    final = root / dataset_id
+    if final.exists() and not force:
+        raise DatasetError(f"dataset {dataset_id} already exists in {root}; pass --force")
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".primal-dt-staging-", dir=root))
+    try:
+        with minari_root_at(staging):
+            write()
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            final.rename(staging / "replaced")
+        (staging / dataset_id).rename(final)
+        for folder in (final.parent, final.parent.parent):  # Minari's namespace markers
+            marker = folder / "namespace_metadata.json"
+            if folder != root and not marker.exists():
+                marker.write_text("{}")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

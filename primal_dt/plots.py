@@ -1,0 +1,134 @@
+"""Matplotlib figures for the report and for TensorBoard images.
+
+Figures are drawn on matplotlib's Agg canvas directly (never pyplot), so nothing opens a window or
+depends on a display; matplotlib is the optional `report` extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from primal_dt.errors import PrimalDTError
+
+Series = Sequence[tuple[int, float]]  # (step, value) points of one run
+
+
+class FiguresUnavailable(PrimalDTError):
+    """matplotlib is not installed."""
+
+
+def _figure(width: float, height: float, columns: int = 1) -> tuple[Any, list[Any]]:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise FiguresUnavailable(
+            "figures need matplotlib: pip install 'primal-dt[report]'"
+        ) from None
+    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    return figure, [figure.add_subplot(1, columns, i + 1) for i in range(columns)]
+
+
+def mean_band(runs: Sequence[Series]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, mean, std) over runs at every step any run logged; each step's statistics use the
+    runs that have it."""
+    values: dict[int, list[float]] = {}
+    for series in runs:
+        for step, value in series:
+            values.setdefault(int(step), []).append(float(value))
+    steps = np.array(sorted(values))
+    mean = np.array([np.mean(values[s]) for s in steps])
+    std = np.array([np.std(values[s]) for s in steps])
+    return steps, mean, std
+
+
+def _band(
+    ax: Any, x: np.ndarray, mean: np.ndarray, std: np.ndarray, label: str, color: str
+) -> None:
+    if len(x) == 1:  # a band needs two points
+        ax.errorbar(x, mean, yerr=std, color=color, label=label, marker="o", capsize=4)
+        return
+    ax.plot(x, mean, color=color, label=label, marker="." if len(x) < 20 else None)
+    ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
+
+
+def _color(index: int) -> str:
+    return f"C{index % 10}"
+
+
+def curves_figure(
+    task: str,
+    scores: dict[str, list[Series]],
+    ksvd: dict[str, list[Series]],
+    score_label: str,
+) -> Any:
+    """Evaluation score and KSVD loss against steps, one line (mean) and band (± std over seeds)
+    per config; configs without a Primal block have no KSVD loss and are left out of its panel."""
+    figure, (left, right) = _figure(11.0, 4.0, columns=2)
+    for i, (config, runs) in enumerate(scores.items()):
+        if any(runs):
+            _band(left, *mean_band(runs), f"{config} ({len(runs)} seeds)", _color(i))
+        if ksvd.get(config):
+            steps, mean, std = mean_band(ksvd[config])
+            _band(right, steps, mean, std, config, _color(i))
+            if (mean - std > 0).all():
+                right.set_yscale("log")
+    left.set(title=f"{task}: evaluation", xlabel="training step", ylabel=score_label)
+    right.set(
+        title=f"{task}: KSVD loss (Primal blocks)", xlabel="training step", ylabel="train/ksvd_loss"
+    )
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    return figure
+
+
+def _spectrum_axes(ax: Any, curves: dict[str, list[np.ndarray]], title: str) -> None:
+    for i, (label, runs) in enumerate(curves.items()):
+        if not runs:
+            continue
+        stacked = np.stack(runs)
+        x = np.arange(1, stacked.shape[1] + 1)
+        _band(ax, x, stacked.mean(0), stacked.std(0), label, _color(i))
+    ax.set(
+        title=title, xlabel="number of singular values", ylabel="cumsum(σ) / sum(σ)", ylim=(0, 1.02)
+    )
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc="lower right")
+
+
+def spectrum_figure(
+    curves: dict[str, list[np.ndarray]], title: str, size: tuple[float, float] = (5.0, 4.0)
+) -> Any:
+    """One block: a normalised cumulative singular-value curve per label (mean, band over runs)."""
+    figure, (ax,) = _figure(*size)
+    _spectrum_axes(ax, curves, title)
+    return figure
+
+
+def spectra_figure(task: str, blocks: list[tuple[str, dict[str, list[np.ndarray]]]]) -> Any:
+    """Every block of a task side by side: blocks is [(title, {config: [curve per seed]})]."""
+    figure, axes = _figure(4.5 * len(blocks), 4.0, columns=len(blocks))
+    for ax, (title, curves) in zip(axes, blocks, strict=True):
+        _spectrum_axes(ax, curves, title)
+    figure.suptitle(f"{task}: attention output spectrum on fixed dataset windows")
+    return figure
+
+
+def save(figure: Any, path: Path) -> Path:
+    figure.savefig(path)
+    return path
+
+
+def figure_image(figure: Any) -> np.ndarray:
+    """The figure as an (H, W, 3) uint8 array, for SummaryWriter.add_image(dataformats="HWC")."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()

@@ -1,0 +1,388 @@
+"""`primal-dt report RUNS_DIR`: the paper's table and pictures from a directory of runs.
+
+Every run directory under RUNS_DIR (a folder with config.json) is read: eval.jsonl for scores,
+TensorBoard events for the KSVD loss, ckpt.pt for the dataset, reference scores and the attention
+spectrum. Runs are grouped by (task, config name); a run's config name is its directory's name up
+to `-s<seed>` (as `primal-dt sweep` and `train` name them). Per group, over seeds:
+
+- final: the score of the final evaluation (eval.final_episodes episodes per target);
+- best: the best score of any evaluation during training (a max over evaluations: optimistic).
+
+A score is the best target's normalised score, 100 (R - R_random) / (R_expert - R_random), or its
+return where no reference scores are known (marked). Missing pieces are marked, never fatal.
+Writes report.md, report.csv, curves_<task>.png and spectrum_<task>.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from primal_dt.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from primal_dt.errors import PrimalDTError
+from primal_dt.eval_service import read_results
+
+RUN_NAME = re.compile(r"(?P<config>.+)-s(?P<seed>\d+)(-\d{8}-\d{6})?")
+
+
+class ReportError(PrimalDTError):
+    """Nothing to report on."""
+
+
+@dataclass
+class RunResult:
+    """What the report needs from one run directory."""
+
+    path: Path
+    task: str
+    config: str
+    seed: int
+    steps: int  # configured train.steps
+    primal_blocks: list[int]
+    step: int | None = None  # its checkpoint's
+    final: float | None = None
+    best: float | None = None
+    normalized: bool = True  # scores are normalised (reference scores known)
+    reference: str | None = None
+    dataset_ids: list[str] = field(default_factory=list)
+    scores: list[tuple[int, float]] = field(default_factory=list)  # (step, score) per evaluation
+    ksvd: list[tuple[int, float]] = field(default_factory=list)
+    spectra: list[np.ndarray] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}/{self.config}-s{self.seed}"
+
+
+def _config_name(folder: str, config: dict[str, Any]) -> str:
+    match = RUN_NAME.fullmatch(folder)
+    if match:
+        return match["config"]
+    return "dt" if config["model"]["primal_blocks"] == "none" else "primal-dt"
+
+
+def _primal_blocks(model: dict[str, Any]) -> list[int]:
+    blocks, n = model["primal_blocks"], model["n_layer"]
+    if isinstance(blocks, list):
+        return sorted(set(blocks))
+    return {"none": [], "last": [n - 1], "all": list(range(n))}[blocks]
+
+
+def read_run(path: Path, spectra: bool = True) -> RunResult:
+    """One run directory; whatever is missing or broken becomes a note."""
+    config = json.loads((path / "config.json").read_text())
+    run = RunResult(
+        path=path,
+        task=config["task"],
+        config=_config_name(path.name, config),
+        seed=int(config["train"]["seed"]),
+        steps=int(config["train"]["steps"]),
+        primal_blocks=_primal_blocks(config["model"]),
+    )
+    records = read_results(path)
+    good = [r for r in records if "error" not in r]
+    for record in records:
+        if "error" in record:
+            run.notes.append(f"evaluation at step {record['step']} failed: {record['error']}")
+    run.scores = [(r["step"], r["score"]) for r in good]
+    finals = [r for r in good if r.get("final")]
+    if finals:
+        run.final = finals[-1]["score"]
+    else:
+        run.notes.append("no final evaluation")
+    run.best = max((score for _, score in run.scores), default=None)
+    if good:
+        last = good[-1]
+        run.normalized = last["reference"] is not None
+        run.reference = (last["reference"] or {}).get("source")
+        run.dataset_ids = list(last.get("dataset_ids", []))
+    run.ksvd = _scalars(path, "train/ksvd_loss")
+    if not (path / CHECKPOINT_NAME).exists():
+        run.notes.append("no checkpoint")
+        return run
+    try:
+        ckpt = load_checkpoint(path)
+    except PrimalDTError as err:
+        run.notes.append(str(err))
+        return run
+    run.step = int(ckpt["step"])
+    if finals and finals[-1]["step"] != run.step:
+        run.notes.append(f"final evaluation at step {finals[-1]['step']}, checkpoint at {run.step}")
+    reference = ckpt["task"].get("reference")
+    run.normalized = reference is not None
+    run.reference = reference["source"] if reference else None
+    run.dataset_ids = list(ckpt["task"]["dataset_ids"])
+    if spectra:
+        from primal_dt.spectrum import checkpoint_spectra
+
+        try:
+            run.spectra = checkpoint_spectra(path, ckpt)
+        except (PrimalDTError, OSError, RuntimeError, KeyError) as err:
+            run.notes.append(f"no attention spectrum: {type(err).__name__}: {err}")
+    return run
+
+
+def _scalars(path: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(path), size_guidance={"scalars": 0})
+    events.Reload()
+    if tag not in events.Tags()["scalars"]:
+        return []
+    return [(e.step, e.value) for e in events.Scalars(tag)]
+
+
+def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> list[RunResult]:
+    """Every run under runs_dir (folders holding config.json), except those under skip."""
+    if not runs_dir.is_dir():
+        raise ReportError(
+            f"{runs_dir} is not a directory; give the folder a sweep wrote its runs to"
+        )
+    folders = sorted(
+        p.parent
+        for p in runs_dir.rglob("config.json")
+        if skip is None or skip.resolve() not in p.resolve().parents
+    )
+    if not folders:
+        raise ReportError(
+            f"no runs under {runs_dir} (no run directory with a config.json); train some with "
+            f"primal-dt sweep --runs-dir {runs_dir} first"
+        )
+    runs = []
+    for folder in folders:
+        try:
+            runs.append(read_run(folder, spectra))
+        except (OSError, KeyError, TypeError, ValueError) as err:  # not a primal-dt run after all
+            print(f"skipping {folder}: unreadable config.json ({err})", file=sys.stderr)
+    return runs
+
+
+@dataclass
+class Row:
+    """One line of the table: a (task, config) group, or a config's average over tasks."""
+
+    task: str
+    config: str
+    seeds: list[int]
+    final: list[float]
+    best: list[float]
+    steps: list[int]
+    normalized: bool
+    references: list[str]
+    datasets: list[str]
+    average_of: int = 0  # tasks averaged (average rows only)
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    return list(dict.fromkeys(values))
+
+
+def group(runs: list[RunResult]) -> list[Row]:
+    """A row per (task, config) in task then config order, then an average row per config: the mean
+    over tasks of each task's mean over seeds (the paper's "average")."""
+    groups: dict[tuple[str, str], list[RunResult]] = {}
+    for run in sorted(runs, key=lambda r: (r.task, r.config, r.seed)):
+        groups.setdefault((run.task, run.config), []).append(run)
+    rows = []
+    for (task, config), members in groups.items():
+        rows.append(
+            Row(
+                task=task,
+                config=config,
+                seeds=[r.seed for r in members],
+                final=[r.final for r in members if r.final is not None],
+                best=[r.best for r in members if r.best is not None],
+                steps=_unique([r.step if r.step is not None else r.steps for r in members]),
+                normalized=all(r.normalized for r in members),
+                references=_unique([r.reference for r in members if r.reference]),
+                datasets=_unique([" + ".join(r.dataset_ids) for r in members if r.dataset_ids]),
+            )
+        )
+    for config in _unique([row.config for row in rows]):
+        mine = [row for row in rows if row.config == config and row.normalized]
+        rows.append(
+            Row(
+                task="average",
+                config=config,
+                seeds=[],
+                final=[float(np.mean(row.final)) for row in mine if row.final],
+                best=[float(np.mean(row.best)) for row in mine if row.best],
+                steps=[],
+                normalized=True,
+                references=[],
+                datasets=[],
+                average_of=len(mine),
+            )
+        )
+    return rows
+
+
+def _cell(values: list[float], expected: int, average: bool) -> str:
+    if not values:
+        return "n/a"
+    if average:
+        text = f"{np.mean(values):.1f}"
+        return text if len(values) == expected else f"{text} ({len(values)} of {expected} tasks)"
+    text = f"{np.mean(values):.1f} ± {np.std(values):.1f}"
+    return text if len(values) == expected else f"{text} ({len(values)} of {expected} seeds)"
+
+
+def markdown_table(rows: list[Row]) -> str:
+    """The table, with each distinct reference-score source as a numbered note below it."""
+    header = ["task", "config", "seeds", "final", "best", "steps", "reference scores", "dataset"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    sources: list[str] = []
+    for row in rows:
+        average = row.task == "average"
+        expected = row.average_of if average else len(row.seeds)
+        final, best = _cell(row.final, expected, average), _cell(row.best, expected, average)
+        if not row.normalized:
+            final, best = f"{final} (return)", f"{best} (return)"
+        sources += [source for source in row.references if source not in sources]
+        notes = " ".join(f"[{sources.index(source) + 1}]" for source in row.references)
+        cells = [
+            f"**{row.task}**" if average else row.task,
+            row.config,
+            ",".join(map(str, row.seeds)),
+            final,
+            best,
+            ",".join(map(str, row.steps)),
+            notes or ("" if average else "none"),
+            "; ".join(row.datasets),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += [f"[{i}] {source}  " for i, source in enumerate(sources, 1)]
+    return "\n".join(lines).rstrip()
+
+
+def _stats(values: list[float], average: bool) -> list[Any]:
+    """n, mean and std for the CSV; an average row's std is left empty (it is not over seeds)."""
+    if not values:
+        return [0, "", ""]
+    return [len(values), f"{np.mean(values):.4f}", "" if average else f"{np.std(values):.4f}"]
+
+
+def write_csv(rows: list[Row], path: Path) -> Path:
+    """The table as CSV; for average rows n_final and n_best count tasks, not seeds."""
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow([
+            "task", "config", "seeds", "n_final", "final_mean", "final_std", "n_best", "best_mean",
+            "best_std", "normalized", "steps", "reference_source", "dataset_ids",
+        ])  # fmt: skip
+        for row in rows:
+            average = row.task == "average"
+            writer.writerow([
+                row.task, row.config, " ".join(map(str, row.seeds)), *_stats(row.final, average),
+                *_stats(row.best, average), row.normalized, " ".join(map(str, row.steps)),
+                "; ".join(row.references), "; ".join(row.datasets),
+            ])  # fmt: skip
+    return path
+
+
+def _safe(task: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", task)
+
+
+def spectrum_table(runs: list[RunResult]) -> str:
+    """Per task, config and block: how many singular values hold 90% of their sum."""
+    from primal_dt.spectrum import rank_at
+
+    groups: dict[tuple[str, str, int], list[int]] = {}
+    kinds: dict[tuple[str, str, int], str] = {}
+    sizes: dict[tuple[str, str, int], int] = {}
+    for run in sorted(runs, key=lambda r: (r.task, r.config, r.seed)):
+        for block, curve in enumerate(run.spectra or []):
+            key = (run.task, run.config, block)
+            groups.setdefault(key, []).append(rank_at(curve))
+            kinds[key] = "Primal" if block in run.primal_blocks else "softmax"
+            sizes[key] = len(curve)
+    lines = [
+        "| task | config | block | attention | singular values for 90% (mean ± std) | of |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, ranks in groups.items():
+        task, config, block = key
+        lines.append(
+            f"| {task} | {config} | {block} | {kinds[key]} | {np.mean(ranks):.1f} ± "
+            f"{np.std(ranks):.1f} | {sizes[key]} |"
+        )
+    return "\n".join(lines)
+
+
+def figures(runs: list[RunResult], out: Path) -> list[Path]:
+    """curves_<task>.png and spectrum_<task>.png for every task."""
+    from primal_dt.plots import curves_figure, save, spectra_figure
+
+    written = []
+    for task in _unique(sorted(r.task for r in runs)):
+        mine = sorted((r for r in runs if r.task == task), key=lambda r: (r.config, r.seed))
+        configs = _unique([r.config for r in mine])
+        scores = {c: [r.scores for r in mine if r.config == c] for c in configs}
+        ksvd = {c: [r.ksvd for r in mine if r.config == c and r.primal_blocks] for c in configs}
+        label = "normalised score" if all(r.normalized for r in mine) else "score (return)"
+        figure = curves_figure(task, scores, ksvd, label)
+        written.append(save(figure, out / f"curves_{_safe(task)}.png"))
+        with_spectra = [r for r in mine if r.spectra]
+        if not with_spectra:
+            continue
+        blocks = []
+        for block in range(max(len(r.spectra) for r in with_spectra)):
+            curves = {}
+            for config in configs:
+                runs_here = [
+                    r for r in with_spectra if r.config == config and block < len(r.spectra)
+                ]
+                if runs_here:
+                    kind = "Primal" if block in runs_here[0].primal_blocks else "softmax"
+                    curves[f"{config} ({kind})"] = [r.spectra[block] for r in runs_here]
+            blocks.append((f"block {block}", curves))
+        written.append(save(spectra_figure(task, blocks), out / f"spectrum_{_safe(task)}.png"))
+    return written
+
+
+def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Path]]:
+    """Write the report's files into out (default RUNS_DIR/report); returns report.md's text and
+    the paths written. Also refreshes RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
+    from primal_dt.dashboards import copy_run, write_layout
+
+    out = out or runs_dir / "report"
+    runs = collect(runs_dir, skip=out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = group(runs)
+    written = [write_csv(rows, out / "report.csv"), *figures(runs, out)]
+    notes = [f"- {run.name} ({run.path}): {note}" for run in runs for note in run.notes]
+    images = [f"![{p.stem}]({p.name})" for p in written if p.suffix == ".png"]
+    text = "\n\n".join(
+        [
+            f"# primal-dt report: {runs_dir}",
+            f"{len(runs)} runs. Score: the normalised score of the best evaluation target, "
+            f"100 (R - R_random) / (R_expert - R_random); mean ± std over seeds (numpy, ddof 0). "
+            f"**final**: the final evaluation; **best**: the best evaluation during training (a "
+            f"max over evaluations, so optimistic). **average**: the mean over tasks of each "
+            f"task's mean.",
+            markdown_table(rows),
+            "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
+            "attention output on fixed windows of the task's dataset (the same windows for every "
+            "run of a task; see primal_dt/spectrum.py), from each run's last checkpoint: the "
+            "fewer singular values hold 90% of the sum, the lower the rank.",
+            spectrum_table(runs),
+            "## Figures\n\n" + "\n".join(images),
+            "## Notes\n\n" + ("\n".join(notes) or "none"),
+        ]
+    )
+    (out / "report.md").write_text(text + "\n")
+    written.insert(0, out / "report.md")
+    write_layout(runs_dir, [run.task for run in runs])
+    for run in runs:
+        copy_run(run.path, run.task)
+    return markdown_table(rows), written

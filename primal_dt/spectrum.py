@@ -1,0 +1,160 @@
+"""The singular-value spectrum of each block's attention output, the Primal paper's second claim.
+
+The KSVD loss should make a Primal block's attention output low-rank: its normalised cumulative
+singular values cumsum(sigma) / sum(sigma) rise faster than those of softmax attention. For each
+block we take the attention module's output (a forward hook on `block.attn`) on a fixed set of
+K-step windows, one (tokens x embed) matrix per window over its real tokens only, and average the
+curves over the windows.
+
+The windows are drawn once from the task's dataset by the training sampler with a fixed seed
+(WINDOWS_SEED, not the run's seed), normalised with the run's state statistics, and saved as
+RUN_DIR/spectrum_windows.pt; every run of a task, DT or Primal-DT, is measured on the same windows.
+They come from the training data: they are fixed, not held out.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from primal_dt.checkpoint import load_checkpoint
+from primal_dt.config import config_from_dict
+from primal_dt.data import Batch, WindowSampler, load_task_data
+from primal_dt.model import DecisionTransformer
+from primal_dt.tasks import Task, env_for_gym_id
+
+WINDOWS_NAME = "spectrum_windows.pt"
+WINDOWS_SEED = 2305_19798  # the paper's arXiv number: any constant, the same for every run
+NUM_WINDOWS = 128
+
+
+def cumulative_spectrum(matrix: Tensor) -> Tensor:
+    """cumsum(sigma) / sum(sigma) of one matrix, singular values in decreasing order (float64)."""
+    sigma = torch.linalg.svdvals(matrix.double())
+    return sigma.cumsum(0) / sigma.sum().clamp_min(torch.finfo(torch.float64).tiny)
+
+
+def mean_cumulative_spectrum(outputs: Tensor, mask: Tensor) -> Tensor:
+    """The mean over windows of each window's cumulative spectrum over its real tokens.
+
+    outputs (B, L, D), mask (B, L). A window with fewer real tokens has fewer singular values; its
+    curve stays at 1 beyond them (all the mass is already there), so every curve has min(L, D)
+    points.
+    """
+    curves = torch.ones(
+        outputs.shape[0], min(outputs.shape[1], outputs.shape[2]), dtype=torch.float64
+    )
+    for i in range(outputs.shape[0]):
+        curve = cumulative_spectrum(outputs[i][mask[i].bool()])
+        curves[i, : len(curve)] = curve
+    return curves.mean(0)
+
+
+def rank_at(curve: np.ndarray | Tensor, fraction: float = 0.9) -> int:
+    """How many singular values hold `fraction` of their sum: the smaller, the lower the rank."""
+    curve = np.asarray(curve)
+    return min(int((curve < fraction - 1e-12).sum()) + 1, len(curve))
+
+
+@torch.no_grad()
+def attention_spectra(model: DecisionTransformer, windows: Batch) -> list[np.ndarray]:
+    """Per block, the mean cumulative spectrum of its attention output on the windows (eval mode)."""
+    outputs: dict[int, Tensor] = {}
+
+    def keep(index: int) -> Any:
+        def hook(module: nn.Module, inputs: Any, output: tuple[Tensor, Any]) -> None:
+            outputs[index] = output[0].detach().float().cpu()
+
+        return hook
+
+    hooks = [block.attn.register_forward_hook(keep(i)) for i, block in enumerate(model.blocks)]
+    was_training = model.training
+    model.eval()
+    try:
+        model(
+            windows.states, windows.actions, windows.returns_to_go, windows.timesteps, windows.mask
+        )
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train(was_training)
+    token_mask = windows.mask.repeat_interleave(3, dim=1).cpu()  # (R, s, a) tokens per step
+    return [mean_cumulative_spectrum(outputs[i], token_mask).numpy() for i in sorted(outputs)]
+
+
+def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str) -> DecisionTransformer:
+    config = config_from_dict(ckpt["config"])
+    dims = ckpt["dims"]
+    model = DecisionTransformer(
+        config.model, dims["state_dim"], dims["act_dim"], dims["max_timestep"]
+    )
+    model.load_state_dict(ckpt["model"])
+    return model.to(device).eval()
+
+
+def make_windows(ckpt: dict[str, Any], count: int = NUM_WINDOWS) -> Batch:
+    """Fixed-seed windows of the checkpoint's dataset, normalised as its run normalises states."""
+    record = ckpt["task"]
+    task = Task(record["name"], tuple(record["dataset_ids"]), env_for_gym_id(record["env_id"]))
+    data = load_task_data(task, download=False)
+    config = ckpt["config"]
+    sampler = WindowSampler(
+        data.episodes,
+        ckpt["state_mean"].numpy(),
+        ckpt["state_std"].numpy(),
+        config["model"]["context_len"],
+        config["train"]["return_scale"],
+        "cpu",
+        seed=WINDOWS_SEED,
+    )
+    return sampler.sample(count)
+
+
+def run_windows(run_dir: Path, ckpt: dict[str, Any]) -> Batch:
+    """RUN_DIR/spectrum_windows.pt; made from the dataset (and saved) the first time."""
+    path = run_dir / WINDOWS_NAME
+    if path.exists():
+        return Batch(**torch.load(path, weights_only=True))
+    windows = make_windows(ckpt)
+    try:  # written atomically; a read-only run directory only means making them again next time
+        handle, tmp = tempfile.mkstemp(prefix=f".{WINDOWS_NAME}.", suffix=".tmp", dir=run_dir)
+        with os.fdopen(handle, "wb") as file:
+            torch.save(windows._asdict(), file)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return windows
+
+
+def checkpoint_spectra(
+    run_dir: Path, ckpt: dict[str, Any], device: torch.device | str = "cpu"
+) -> list[np.ndarray]:
+    """The spectra of a checkpoint's blocks on its run's windows."""
+    model = model_from_checkpoint(ckpt, device)
+    windows = Batch(*(t.to(device) for t in run_windows(run_dir, ckpt)))
+    return attention_spectra(model, windows)
+
+
+def log_spectrum(
+    writer: Any, run_dir: Path, snapshot: Path, step: int, device: torch.device
+) -> None:
+    """For the evaluator: each block's spectrum of a snapshot as a TensorBoard image
+    `spectrum/block_<i>`, and `spectrum/block_<i>/rank_90` (singular values for 90% of the sum)."""
+    from primal_dt.plots import figure_image, spectrum_figure
+
+    ckpt = load_checkpoint(snapshot, map_location="cpu")
+    spectra = checkpoint_spectra(run_dir, ckpt, device)
+    primal = set(config_from_dict(ckpt["config"]).model.primal_indices())
+    for i, curve in enumerate(spectra):
+        writer.add_scalar(f"spectrum/block_{i}/rank_90", rank_at(curve), step)
+    for i, curve in enumerate(spectra):
+        kind = "Primal" if i in primal else "softmax"
+        title = f"{ckpt['task']['name']}, block {i} ({kind}), step {step}"
+        figure = spectrum_figure({f"step {step}": [curve]}, title, size=(4.0, 3.0))
+        writer.add_image(f"spectrum/block_{i}", figure_image(figure), step, dataformats="HWC")

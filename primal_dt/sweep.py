@@ -1,0 +1,528 @@
+"""`primal-dt sweep`: a grid of tasks x configs x seeds, trained as ordinary run directories
+RUNS_DIR/<task>/<config>-s<seed>, each by its own `primal-dt train` subprocess.
+
+Up to --parallel runs train at once (the models are small, so several share one GPU); on a CPU
+each gets cores // parallel threads. A sweep started again skips finished runs, resumes
+interrupted ones from their checkpoint, and only evaluates runs whose training ended but whose
+final evaluation did not. With --ray ADDRESS the same commands are Ray tasks on an existing cluster,
+each asking for a fraction of a GPU; RUNS_DIR must then be a folder every node sees.
+
+A run is finished when its ckpt.pt is at the configured steps and eval.jsonl has its final
+evaluation (or eval.final_episodes is 0). Each run writes its output to RUN_DIR/train.log; a failing
+run is reported with the last line of its log and the sweep exits non-zero once the others end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from primal_dt.checkpoint import CHECKPOINT_NAME, REQUIRED_KEYS, load_checkpoint
+from primal_dt.config import Config, load_config, named_config_path
+from primal_dt.errors import PrimalDTError
+from primal_dt.eval_service import (
+    EvalOptions,
+    Evaluator,
+    queue_snapshot,
+    queued_snapshots,
+    read_results,
+)
+from primal_dt.tasks import resolve_task
+
+LOG_NAME = "train.log"
+# Settings that change how a run is executed, not what it computes: a sweep may differ in these
+# from the runs it finds (e.g. resumed on another device, or asked to go to more steps).
+MECHANICS = {
+    "train": {"steps", "device", "compile", "log_every", "ckpt_every", "keep_checkpoints"},
+    "eval": {"device", "workers", "service"},
+    "data": {"download"},
+}
+
+
+class SweepError(PrimalDTError):
+    """A sweep that cannot start: a bad option, or a run directory holding another experiment."""
+
+
+class SweepFailed(PrimalDTError):
+    """Some runs of the sweep failed; the others finished."""
+
+    exit_code = 1
+
+
+class SweepInterrupted(PrimalDTError):
+    """SIGINT/SIGTERM: the runs were stopped with their checkpoints saved."""
+
+    exit_code = 130
+
+
+@dataclass
+class SweepOptions:
+    tasks: list[str]
+    seeds: list[int]
+    configs: list[str]
+    runs_dir: Path = Path("runs")
+    parallel: int = 1
+    steps: int | None = None
+    device: str | None = None
+    offline: bool = False
+    overrides: list[str] = field(default_factory=list)
+    ray_address: str | None = None
+    gpus_per_run: float = 0.25
+    cpus_per_run: int = 1
+
+    def validate(self) -> SweepOptions:
+        for name in ("tasks", "seeds", "configs"):
+            if not getattr(self, name):
+                raise SweepError(f"--{name} is empty; give a comma-separated list")
+        if self.parallel < 1:
+            raise SweepError(f"--parallel must be >= 1, got {self.parallel}")
+        if self.gpus_per_run < 0 or self.cpus_per_run < 1:
+            raise SweepError("--gpus-per-run must be >= 0 and --cpus-per-run >= 1")
+        return self
+
+
+def parse_list(text: str, option: str, kind: Callable[[str], Any] = str) -> list[Any]:
+    """'a,b,,c' -> [a, b, c], duplicates dropped; a bad item names the option."""
+    items = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            value = kind(part)
+        except ValueError:
+            raise SweepError(f"{option}: {part!r} is not valid (e.g. {option} 0,1,2)") from None
+        if value not in items:
+            items.append(value)
+    return items
+
+
+@dataclass
+class Run:
+    """One cell of the grid and what the sweep has to do with it."""
+
+    task: str
+    config: str  # the config's name (file stem), used in the directory name
+    config_arg: str  # how to pass it to `primal-dt train --config`
+    seed: int
+    run_dir: Path
+    steps: int
+    action: str = "start"  # start | resume | evaluate | finished
+    from_step: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}/{self.config}-s{self.seed}"
+
+
+def _difference(saved: dict[str, Any], wanted: dict[str, Any]) -> str | None:
+    """The first setting (outside MECHANICS) where a saved run's config differs from the sweep's."""
+    for section, values in wanted.items():
+        if section == "task":
+            continue
+        if not isinstance(values, dict):
+            if saved.get(section) != values:
+                return f"{section} = {saved.get(section)!r} (the sweep asks for {values!r})"
+            continue
+        for key, value in values.items():
+            if key in MECHANICS.get(section, ()):
+                continue
+            if saved.get(section, {}).get(key) != value:
+                old = saved.get(section, {}).get(key)
+                return f"{section}.{key} = {old!r} (the sweep asks for {value!r})"
+    return None
+
+
+def has_final(run_dir: Path, step: int) -> bool:
+    return any(r.get("final") and r["step"] >= step for r in read_results(run_dir))
+
+
+def inspect(run: Run, config: Config | None = None) -> Run:
+    """Decide the run's action from what its directory holds; with config, also check that the
+    run found there is the experiment the sweep asks for."""
+    path = run.run_dir / CHECKPOINT_NAME
+    if not path.exists():
+        run.action = "start"
+        return run
+    ckpt = load_checkpoint(path)
+    differs = None if config is None else _difference(ckpt["config"], config.to_dict())
+    if differs is not None:
+        raise SweepError(
+            f"{run.run_dir} holds a run with {differs}; remove that directory or use another "
+            f"--runs-dir"
+        )
+    run.from_step = int(ckpt["step"])
+    if run.from_step < run.steps:
+        run.action = "resume"
+    elif ckpt["config"]["eval"]["final_episodes"] == 0 or has_final(run.run_dir, run.from_step):
+        run.action = "finished"
+    else:
+        run.action = "evaluate"
+    return run
+
+
+def plan(options: SweepOptions) -> list[Run]:
+    """Every run of the grid, seed by seed (so a partial sweep covers every task), checked now:
+    unknown tasks, configs and --set keys fail before anything starts."""
+    for task in options.tasks:
+        resolve_task(task)
+    configs = {}
+    for given in options.configs:
+        path = named_config_path(given)
+        if path.stem in configs:
+            raise SweepError(f"--configs: two configs are named {path.stem!r}; rename one file")
+        arg = str(path.resolve()) if Path(given).suffix == ".toml" else given
+        configs[path.stem] = (path, arg)
+    runs = []
+    for seed in options.seeds:
+        for task in options.tasks:
+            for name, (path, arg) in configs.items():
+                config = load_config(path, [*options.overrides, *_settings(options, seed)], task)
+                run_dir = options.runs_dir.resolve() / task / f"{name}-s{seed}"
+                runs.append(
+                    inspect(Run(task, name, arg, seed, run_dir, config.train.steps), config)
+                )
+    return runs
+
+
+def _settings(options: SweepOptions, seed: int) -> list[str]:
+    settings = [f"train.seed={seed}"]
+    if options.steps is not None:
+        settings.append(f"train.steps={options.steps}")
+    if options.device is not None:
+        settings.append(f'train.device="{options.device}"')
+    if options.offline:
+        settings.append("data.download=false")
+    return settings
+
+
+def command(run: Run, options: SweepOptions) -> list[str]:
+    """The subprocess that does the run's action."""
+    if run.action == "evaluate":
+        return [sys.executable, "-m", "primal_dt.sweep", str(run.run_dir),
+                "--device", options.device or "auto"]  # fmt: skip
+    train = [sys.executable, "-m", "primal_dt.cli", "train", "--no-progress"]
+    if options.offline:
+        train.append("--offline")
+    if run.action == "resume":
+        return [*train, "--resume", str(run.run_dir), "--steps", str(run.steps)]
+    train += ["--env", run.task, "--config", run.config_arg, "--seed", str(run.seed)]
+    train += ["--run-dir", str(run.run_dir)]
+    if options.steps is not None:
+        train += ["--steps", str(options.steps)]
+    if options.device is not None:
+        train += ["--device", options.device]
+    for setting in options.overrides:
+        train += ["--set", setting]
+    return train
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment variables that give a run's torch (and its BLAS) this many threads."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log: where `primal-dt train` says what went wrong."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    return next((line.strip() for line in reversed(lines) if line.strip()), "empty log")
+
+
+def final_summary(run_dir: Path) -> str:
+    finals = [r for r in read_results(run_dir) if r.get("final")]
+    if not finals:
+        return "no final evaluation (eval.final_episodes = 0)"
+    record = finals[-1]
+    kind = "normalised score" if record.get("reference") else "return"
+    return f"final {kind} {record['score']:.1f}"
+
+
+class Sweep:
+    """Runs the planned grid and reports on each run as it starts and ends."""
+
+    def __init__(self, options: SweepOptions, runs: list[Run], out: Callable[[str], None]):
+        self.options = options
+        self.todo = [run for run in runs if run.action != "finished"]
+        self.out = out
+        self.failed: list[tuple[Run, str]] = []
+        self.started: dict[str, float] = {}
+
+    def prepare(self, run: Run) -> Path:
+        """A run started afresh gets a clean directory (what a failed start left is removed)."""
+        if run.action == "start" and run.run_dir.exists():
+            shutil.rmtree(run.run_dir)
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        return run.run_dir / LOG_NAME
+
+    def begin(self, run: Run) -> None:
+        self.started[run.name] = time.monotonic()
+        what = {"start": "start", "resume": f"resume from step {run.from_step}",
+                "evaluate": "final evaluation"}[run.action]  # fmt: skip
+        self.out(f"[{len(self.started)}/{len(self.todo)}] {run.name}: {what}")
+
+    def end(self, run: Run, returncode: int | None, reason: str | None = None) -> None:
+        from primal_dt.dashboards import copy_run
+
+        seconds = time.monotonic() - self.started[run.name]
+        done = returncode == 0 and inspect(run).action == "finished"
+        if done:
+            copy_run(run.run_dir, run.task)
+            self.out(f"done {run.name} in {seconds:.0f} s: {final_summary(run.run_dir)}")
+            return
+        if reason is None:
+            reason = last_line(run.run_dir / LOG_NAME)
+            if returncode == 0:
+                reason = "ended without finishing its steps and final evaluation"
+        code = "" if returncode is None else f" (exit {returncode})"
+        self.failed.append((run, reason))
+        self.out(f"FAILED {run.name}{code}: {reason} (log: {run.run_dir / LOG_NAME})")
+
+    def run_local(self) -> None:
+        """Up to --parallel subprocesses at once; SIGINT/SIGTERM stop them with a checkpoint."""
+        threads = max(1, cpu_count() // self.options.parallel)
+        env = {**os.environ, **thread_env(threads)}
+        pending, running = list(self.todo), {}
+        try:
+            while pending or running:
+                while pending and len(running) < self.options.parallel:
+                    run = pending.pop(0)
+                    log = self.prepare(run)
+                    self.begin(run)
+                    with log.open("ab") as file:
+                        # Its own session: a Ctrl-C reaches the runs once, forwarded by the sweep.
+                        process = subprocess.Popen(
+                            command(run, self.options), stdin=subprocess.DEVNULL, stdout=file,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                        )  # fmt: skip
+                    running[process] = run
+                for process in [p for p in running if p.poll() is not None]:
+                    self.end(running.pop(process), process.returncode)
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            _stop(list(running))
+            raise SweepInterrupted(
+                f"sweep interrupted; {len(running)} running runs saved a checkpoint; run the "
+                f"same command again to resume"
+            ) from None
+
+    def run_ray(self) -> None:
+        """Every run a Ray task asking for --gpus-per-run GPUs and --cpus-per-run CPUs."""
+        try:
+            import ray
+        except ImportError:
+            raise SweepError("--ray needs Ray: pip install 'primal-dt[ray]'") from None
+        options = self.options
+        connected = ray.is_initialized()  # e.g. a notebook that called ray.init() itself
+        if not connected:
+            ray.init(address=options.ray_address, log_to_driver=False, logging_level="warning")
+        refs: dict[Any, Run] = {}
+        try:
+            gpus = ray.cluster_resources().get("GPU", 0)
+            if options.gpus_per_run > gpus:
+                raise SweepError(
+                    f"the Ray cluster at {options.ray_address} has {gpus:g} GPUs but each run asks "
+                    f"for {options.gpus_per_run:g}; pass --gpus-per-run 0 to train on CPUs"
+                )
+            task = ray.remote(num_gpus=options.gpus_per_run, num_cpus=options.cpus_per_run)(
+                run_logged
+            )
+            env = thread_env(options.cpus_per_run)
+            for run in self.todo:
+                log = self.prepare(run)
+                self.begin(run)
+                refs[task.remote(command(run, options), str(log), env)] = run
+            while refs:
+                (ready,), _ = ray.wait(list(refs), num_returns=1)
+                run = refs.pop(ready)
+                try:
+                    self.end(run, ray.get(ready))
+                except ray.exceptions.RayError as err:
+                    self.end(run, None, f"Ray task failed: {_first_line(err)}")
+        except KeyboardInterrupt:
+            for ref in refs:
+                ray.cancel(ref)  # the task forwards the interrupt to its run
+            ray.wait(list(refs), num_returns=len(refs), timeout=120)
+            raise SweepInterrupted(
+                "sweep interrupted; the running runs were asked to save a checkpoint; run the "
+                "same command again to resume"
+            ) from None
+        finally:
+            if not connected:
+                ray.shutdown()
+
+
+def run_logged(cmd: list[str], log: str, env: dict[str, str]) -> int:
+    """Run cmd with its output appended to log; an interrupt stops it with a checkpoint. (The body
+    of a Ray task: it runs on the worker, with the worker's environment plus env.)"""
+    with open(log, "ab") as file:
+        process = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=file, stderr=subprocess.STDOUT,
+            env={**os.environ, **env}, start_new_session=True,
+        )  # fmt: skip
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        _stop([process])
+        return process.wait()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a scheduler stopping the sweep) is handled like Ctrl-C: the runs are stopped with
+    a checkpoint before the sweep exits."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    """Ask each run to stop after its current step (one SIGINT: it saves a checkpoint); a second
+    Ctrl-C while waiting stops them at once."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+    for process in processes:
+        try:
+            process.wait()
+        except KeyboardInterrupt:
+            for other in processes:
+                if other.poll() is None:
+                    other.send_signal(signal.SIGINT)
+            process.wait()
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list[Run]:
+    """Plan the grid, write the TensorBoard layout, run what is left; raises SweepFailed if any
+    run failed (after the others ended)."""
+    from primal_dt.dashboards import write_layout
+
+    options.validate()
+    runs = plan(options)
+    sweep = Sweep(options, runs, out)
+    counts = {
+        a: sum(r.action == a for r in runs) for a in ("finished", "resume", "start", "evaluate")
+    }
+    where = (
+        f"on Ray at {options.ray_address}"
+        if options.ray_address
+        else f"{options.parallel} at a time"
+    )
+    out(
+        f"sweep: {len(runs)} runs in {options.runs_dir} ({len(options.tasks)} tasks x "
+        f"{len(options.configs)} configs x {len(options.seeds)} seeds): {counts['finished']} "
+        f"finished, {counts['resume']} to resume, {counts['start']} to start, "
+        f"{counts['evaluate']} to evaluate; {where}"
+    )
+    write_layout(options.runs_dir, [*options.tasks, *_tasks_in(options.runs_dir)])
+    if sweep.todo:
+        out(f"each run logs to RUN_DIR/{LOG_NAME}; watch: tensorboard --logdir {options.runs_dir}")
+    with sigterm_interrupts(), sweep_lock(options.runs_dir):
+        if sweep.todo and options.ray_address:
+            sweep.run_ray()
+        elif sweep.todo:
+            sweep.run_local()
+    if sweep.failed:
+        names = ", ".join(run.name for run, _ in sweep.failed)
+        raise SweepFailed(
+            f"{len(sweep.failed)} of {len(runs)} runs failed ({names}); see the lines above and "
+            f"their {LOG_NAME}; run the same command again to retry them"
+        )
+    out(
+        f"sweep: all {len(runs)} runs finished; tables and figures: primal-dt report {options.runs_dir}"
+    )
+    return runs
+
+
+@contextmanager
+def sweep_lock(runs_dir: Path) -> Iterator[None]:
+    """One sweep at a time per runs directory: a second one would restart the first one's runs."""
+    import fcntl
+
+    with (runs_dir / ".sweep.lock").open("a+") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            file.seek(0)
+            raise SweepError(
+                f"another sweep (pid {file.read().strip() or '?'}) is running in {runs_dir}; wait "
+                f"for it to end or use another --runs-dir"
+            ) from None
+        file.truncate(0)
+        file.write(str(os.getpid()))
+        file.flush()
+        yield
+
+
+def _tasks_in(runs_dir: Path) -> list[str]:
+    """Tasks of the sweep-style runs already in runs_dir (RUNS_DIR/<task>/<run>/config.json)."""
+    return [p.parent.parent.name for p in runs_dir.glob("*/*/config.json")]
+
+
+def finish_evaluation(run_dir: Path, device: str = "auto") -> dict[str, Any]:
+    """The final evaluation of a run whose training ended without one (it was killed meanwhile):
+    its queued snapshots, or ckpt.pt queued as the final one. Returns the final record."""
+    ckpt = load_checkpoint(run_dir)
+    if not queued_snapshots(run_dir):
+        policy = {key: ckpt[key] for key in REQUIRED_KEYS}
+        queue_snapshot(run_dir, policy, ckpt["config"]["eval"]["final_episodes"], final=True)
+    evaluator = Evaluator(run_dir, EvalOptions(device=device), log=print)
+    try:
+        evaluator.evaluate_queue()
+    finally:
+        evaluator.close()
+    finals = [r for r in read_results(run_dir) if r.get("final") and r["step"] >= ckpt["step"]]
+    if not finals:
+        raise PrimalDTError(f"the final evaluation of {run_dir} failed; see {run_dir}/eval.jsonl")
+    return finals[-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m primal_dt.sweep RUN_DIR`: the sweep's own step for finish_evaluation."""
+    parser = argparse.ArgumentParser(prog="python -m primal_dt.sweep")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args(argv)
+    try:
+        finish_evaluation(args.run_dir, args.device)
+    except PrimalDTError as err:
+        print(f"primal-dt: error: {err}", file=sys.stderr)
+        return err.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

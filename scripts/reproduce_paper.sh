@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The Primal-Attention paper's D4RL locomotion experiment on one GPU: halfcheetah, hopper, walker2d
+# x medium, medium-replay, medium-expert x DT, Primal-DT x seeds 0, 1, 2 (54 runs of 100k steps),
+# then the score table, learning curves and attention spectra (primal-dt report).
+#
+#   pip install -e ".[download,record,report]"
+#   bash scripts/reproduce_paper.sh                     # extra arguments go to primal-dt sweep,
+#   RUNS=runs/paper PARALLEL=6 bash scripts/reproduce_paper.sh --offline   # e.g. --offline
+#
+# Datasets. medium and expert are Minari's official v5 datasets, downloaded on first use (network
+# and the [download] extra; or copy them into $MINARI_DATASETS_PATH and pass --offline);
+# medium-expert is the two combined. Minari has no medium-replay for v5: it is recorded here with
+# `primal-dt datasets make --env ENV --recipe medium-replay` (a SAC agent's replay buffer up to a
+# medium return, the [record] extra), which trains SAC on the CPU: hours per environment. Made once,
+# it is found by name afterwards. Pass MEDIUM_REPLAY_ARGS (e.g. "--expert-policy FILE" to measure
+# v5 reference scores) to the make command.
+#
+# Expected wall-clock time: about 2 to 4 hours for the 54 runs on one A100/H100-class GPU with
+# 16 CPU cores, plus the medium-replay recordings. This is an ESTIMATE, not a measurement (no GPU
+# was available when this script was written). How it was estimated: the models are tiny (0.7M
+# and 2.6M parameters, 64 x 60 tokens a step, about 60 GFLOP a Primal-DT step: well under 1 ms of
+# GPU arithmetic), so a step is bound by launching kernels: some 200 to 250 top-level ATen
+# operations a step (forward, backward, optimizer; counted with torch.profiler on CPU), about 400
+# kernel launches at ~10 us, about 4 ms a step, some 250 steps a second for one run, 100k steps in
+# about 7 minutes. With 6 runs sharing the GPU, throughput is assumed to grow 3 to 5 times (the GPU
+# idles between one process's launches), so the 5.4M steps take 1.3 to 2 hours; evaluations (10
+# during training and a final one of 100 episodes per target, in a process beside each run) add CPU
+# load and the tail of the last runs. Measure your machine's single-run rate with
+# scripts/gpu_check.sh (it prints training steps per second) and scale:
+# hours ~ 54 x 100000 / (rate x speed-up from --parallel) / 3600.
+set -euo pipefail
+RUNS="${RUNS:-runs/paper}"
+PARALLEL="${PARALLEL:-6}"
+ENVS=(halfcheetah hopper walker2d)
+QUALITIES=(medium medium-replay medium-expert)
+
+for env in "${ENVS[@]}"; do
+    if ! primal-dt datasets info "$env-medium-replay" > /dev/null 2>&1; then
+        echo "recording $env-medium-replay (SAC training: hours on a CPU)"
+        # shellcheck disable=SC2086
+        primal-dt datasets make --env "$env" --recipe medium-replay ${MEDIUM_REPLAY_ARGS:-}
+    fi
+done
+
+tasks=()
+for env in "${ENVS[@]}"; do
+    for quality in "${QUALITIES[@]}"; do
+        tasks+=("$env-$quality")
+    done
+done
+
+# Interrupted? Run this script again: finished runs are skipped, the others resume.
+primal-dt sweep --tasks "$(IFS=,; echo "${tasks[*]}")" --seeds 0,1,2 --configs dt,primal-dt \
+    --runs-dir "$RUNS" --parallel "$PARALLEL" --device cuda "$@"
+primal-dt report "$RUNS"
+echo "table: $RUNS/report/report.md; dashboards: tensorboard --logdir $RUNS"
