@@ -400,4 +400,8 @@ def format_table(records: list[dict[str, Any]]) -> str:
     lines += [f"[{i}] reference scores: {text}" for i, text in enumerate(sources, 1)]
     if any(record.get("reference", 0) is None for record in records):
         lines.append("-: no reference scores known for this environment, no normalised score")
+    trained_on = {
+        (r["task"], " + ".join(r["dataset_ids"])) for r in records if r.get("dataset_ids")
+    }
+    lines += [f"{task} was trained on {ids}" for task, ids in sorted(trained_on)]
     return "\n".join(lines)

@@ -38,13 +38,23 @@ from primal_dt.model import DecisionTransformer
 from primal_dt.tasks import quiet_mujoco_warnings
 
 
-def untrained_policy(config_name: str, device: torch.device) -> tuple[Policy, EnvSetup]:
+def untrained_policy(spec: str, device: torch.device) -> tuple[Policy, EnvSetup]:
+    """spec: a config name, optionally with overrides: 'primal-dt+model.embed_dim=64+...'."""
     torch.manual_seed(0)
-    config = load_config(named_config_path(config_name), task="halfcheetah-medium")
+    name, *overrides = spec.split("+")
+    config = load_config(named_config_path(name), overrides, task="halfcheetah-medium")
     model = DecisionTransformer(config.model, 17, 6, 1000).to(device)
     policy = Policy(model, torch.zeros(17, device=device), torch.ones(17, device=device),
                     config.train.return_scale, device)  # fmt: skip
     return policy, EnvSetup("HalfCheetah-v5", {}, 1000, (6000.0,), None)
+
+
+def size_label(spec: str) -> str:
+    """'dt' -> 'embed 128, 1 head, softmax (dt)'."""
+    name, *overrides = spec.split("+")
+    m = load_config(named_config_path(name), overrides, task="halfcheetah-medium").model
+    attention = "Primal last block" if m.primal_indices() else "softmax"
+    return f"embed {m.embed_dim}, {m.n_head} heads, {attention} ({name})"
 
 
 Evaluator = Callable[[list[Job]], tuple[np.ndarray, np.ndarray]]
@@ -85,7 +95,11 @@ def measure(label: str, policy: Policy, setup: EnvSetup, args: argparse.Namespac
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ckpt", help="a HalfCheetah checkpoint or run directory")
-    parser.add_argument("--configs", default="dt,primal-dt", help="model sizes, without --ckpt")
+    parser.add_argument(
+        "--configs",
+        default="primal-dt+model.embed_dim=64+model.primal_rank=16,dt,primal-dt",
+        help="model sizes without --ckpt: config names, each with +key=value overrides",
+    )
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--sequential-episodes", type=int, default=10)
     parser.add_argument("--workers", type=int, default=0, help="> 1 adds an AsyncVectorEnv row")
@@ -98,7 +112,7 @@ def main() -> None:
         policies = {args.ckpt: load_policy(args.ckpt, device)[:2]}
     else:
         policies = {
-            f"{name} size": untrained_policy(name, device) for name in args.configs.split(",")
+            size_label(spec): untrained_policy(spec, device) for spec in args.configs.split(",")
         }
     rows = []
     for label, (policy, setup) in policies.items():

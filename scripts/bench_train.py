@@ -111,7 +111,7 @@ def main() -> None:
                 )
                 continue
             rows.append(
-                f"| {label} | {mode} | {dt['steps_per_sec']:.0f} | {primal['steps_per_sec']:.0f} "
+                f"| {label} | {mode} | {dt['steps_per_sec']:.4g} | {primal['steps_per_sec']:.4g} "
                 f"| {primal['steps_per_sec'] / dt['steps_per_sec']:.2f}x "
                 f"| {dt['bytes'] / 2**20:.0f} | {primal['bytes'] / 2**20:.0f} |"
             )

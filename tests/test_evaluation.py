@@ -90,8 +90,9 @@ def test_training_hands_evaluations_to_the_service(minari_root, tmp_path, capsys
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["checkpoint", "task", "step", "target", "return", "normalized",
                                 "episodes", "ref"]  # fmt: skip
-    assert len([line for line in lines if "hopper-medium" in line]) == 2
+    assert all("hopper-medium" in row for row in lines[1:3])  # one row per run
     assert lines[3].startswith("[1] reference scores: random -20.27, expert 3234.30: D4RL")
+    assert lines[4] == "hopper-medium was trained on mujoco/hopper/medium-v0"
 
 
 def test_watch_evaluates_what_an_external_service_queues(minari_root, tmp_path, capsys) -> None:
