@@ -54,7 +54,8 @@ def size_label(spec: str) -> str:
     name, *overrides = spec.split("+")
     m = load_config(named_config_path(name), overrides, task="halfcheetah-medium").model
     attention = "Primal last block" if m.primal_indices() else "softmax"
-    return f"embed {m.embed_dim}, {m.n_head} heads, {attention} ({name})"
+    heads = f"{m.n_head} head" + ("s" if m.n_head > 1 else "")
+    return f"embed {m.embed_dim}, {heads}, {attention} ({name})"
 
 
 Evaluator = Callable[[list[Job]], tuple[np.ndarray, np.ndarray]]
