@@ -362,6 +362,10 @@ class Trainer:
         )  # fmt: skip
         stop = stop or StopSignals()
         finished = False
+
+        def say(line: str) -> None:  # progress lines go to stderr, above the bar
+            bar.write(line, file=sys.stderr)
+
         with stop:
             try:
                 while self.step < cfg.steps:
@@ -379,9 +383,9 @@ class Trainer:
                         self.pending.zero_()
                         self.pending_count, tick = 0, now
                         for record in results.new():
-                            bar.write(describe(record))
+                            say(describe(record))
                         if service is not None:
-                            service.check(bar.write)
+                            service.check(say)
                     if final and eval_cfg.final_episodes:
                         self._check_finite()
                         queue_snapshot(
@@ -406,11 +410,16 @@ class Trainer:
                 writer.flush()
                 if service is not None:
                     if eval_cfg.final_episodes:
-                        bar.write(
+                        say(
                             f"training done; waiting for the final evaluation "
                             f"({eval_cfg.final_episodes} episodes per target)"
                         )
                     service.finish()
+                elif (cfg.eval_every or eval_cfg.final_episodes) and eval_cfg.service == "external":
+                    say(
+                        f"training done; its evaluation snapshots wait in {self.run_dir}/eval_queue "
+                        f"for: primal-dt eval --watch {self.run_dir}"
+                    )
                 finished = True
             finally:
                 if service is not None and not finished:

@@ -99,6 +99,7 @@ def test_watch_evaluates_what_an_external_service_queues(minari_root, tmp_path, 
     run_dir = tmp_path / "run"
     extra = ("train.eval_every=5", "eval.service=external", "eval.final_episodes=2")
     assert main(train_args(run_dir, 10, *extra)) == 0
+    assert f"for: primal-dt eval --watch {run_dir}" in capsys.readouterr().err
     assert not (run_dir / "eval.jsonl").exists()  # nobody evaluated during training
     assert sorted(p.name for p in (run_dir / "eval_queue").iterdir()) == [
         "step_00000005.pt", "step_00000010.pt"]  # fmt: skip
