@@ -9,13 +9,15 @@ resume (optimizer, scheduler, sampler and RNG states, step).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
-from primal_dt.errors import CheckpointError
+from primal_dt.errors import CheckpointError, first_line
 
 FORMAT = "primal-dt-checkpoint"
 VERSION = 1
@@ -24,19 +26,32 @@ BEST_NAME = "best.pt"
 REQUIRED_KEYS = ("step", "config", "task", "dims", "state_mean", "state_std", "model")
 
 
-def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write to a temporary file in the same folder, flush it to disk, then rename over path."""
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Let `write` fill a temporary file in path's folder, flush it to disk, then rename it over
+    path: a reader, or a crash, only ever sees the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as tmp:
-            torch.save({"format": FORMAT, "version": VERSION, **payload}, tmp)
+            write(tmp)
             tmp.flush()
             os.fsync(tmp.fileno())
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    atomic_write(
+        path, lambda file: torch.save({"format": FORMAT, "version": VERSION, **payload}, file)
+    )
+
+
+def copy_checkpoint(source: Path, path: Path) -> None:
+    """An atomic copy (the step checkpoints beside ckpt.pt, best.pt)."""
+    with source.open("rb") as original:
+        atomic_write(path, lambda file: shutil.copyfileobj(original, file))
 
 
 def checkpoint_path(path: str | Path) -> Path:
@@ -70,7 +85,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        reason = first_line(err) or type(err).__name__
         raise CheckpointError(
             f"{path} is not a loadable primal-dt checkpoint (corrupt, truncated, or holding "
             f"objects other than tensors and plain values): {reason}"

@@ -15,7 +15,6 @@ import json
 import math
 import multiprocessing
 import os
-import shutil
 import signal
 import sys
 import time
@@ -26,8 +25,8 @@ from typing import Any
 
 import torch
 
-from primal_dt.checkpoint import BEST_NAME, save_checkpoint
-from primal_dt.errors import PrimalDTError
+from primal_dt.checkpoint import BEST_NAME, atomic_write, copy_checkpoint, save_checkpoint
+from primal_dt.errors import PrimalDTError, first_line
 
 QUEUE_DIR = "eval_queue"
 RESULTS_NAME = "eval.jsonl"
@@ -92,10 +91,8 @@ def drop_results_after(run_dir: Path, step: int) -> None:
     """A resumed run trains those steps again, and their evaluations with them."""
     path = run_dir / RESULTS_NAME
     if path.exists():
-        kept = [json.dumps(r) + "\n" for r in read_results(run_dir) if r["step"] <= step]
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text("".join(kept))
-        tmp.replace(path)
+        kept = "".join(json.dumps(r) + "\n" for r in read_results(run_dir) if r["step"] <= step)
+        atomic_write(path, lambda file: file.write(kept.encode()))
 
 
 class ResultsTail:
@@ -158,11 +155,10 @@ class Evaluator:
                 path, self.device(), o.episodes, o.seed, o.targets, o.workers
             )
         except Exception as err:  # a bad snapshot must never stop the service
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
             record = {
                 "step": step_of(path),
                 "checkpoint": name or str(path),
-                "error": f"{type(err).__name__}: {reason}",
+                "error": f"{type(err).__name__}: {first_line(err)}",
             }
             append_result(self.run_dir, record)
             self.log(describe(record))
@@ -170,9 +166,7 @@ class Evaluator:
         record["checkpoint"] = name or str(path)
         if record["score"] > self._best:
             self._best = record["score"]
-            tmp = self.run_dir / f".{BEST_NAME}.tmp"
-            shutil.copyfile(path, tmp)
-            tmp.replace(self.run_dir / BEST_NAME)
+            copy_checkpoint(path, self.run_dir / BEST_NAME)
             record["best"] = True
         self._log_scalars(record)
         self._log_spectrum(path, record["step"])
@@ -188,8 +182,8 @@ class Evaluator:
         try:
             log_spectrum(self._writer, self.run_dir, path, step, self.device())
         except Exception as err:
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            self.log(f"step {step}: attention spectrum not logged: {type(err).__name__}: {reason}")
+            reason = f"{type(err).__name__}: {first_line(err)}"
+            self.log(f"step {step}: attention spectrum not logged: {reason}")
         self._writer.flush()
 
     def _log_scalars(self, record: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ import torch
 from primal_dt.checkpoint import load_checkpoint
 from primal_dt.config import config_from_dict
 from primal_dt.data import ReferenceScores
-from primal_dt.errors import CheckpointError
+from primal_dt.errors import CheckpointError, first_line
 from primal_dt.model import DecisionTransformer
 from primal_dt.tasks import make_env
 
@@ -263,16 +263,23 @@ def evaluate(
     return results
 
 
+def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str) -> DecisionTransformer:
+    """The checkpoint's model with its weights, on device. A checkpoint that does not fit raises
+    KeyError, TypeError, RuntimeError or ValueError (load_policy turns them into one line)."""
+    config = config_from_dict(ckpt["config"])
+    dims = ckpt["dims"]
+    model = DecisionTransformer(
+        config.model, dims["state_dim"], dims["act_dim"], dims["max_timestep"]
+    ).to(device)
+    model.load_state_dict(ckpt["model"])
+    return model
+
+
 def load_policy(path: str, device: torch.device) -> tuple[Policy, EnvSetup, dict[str, Any]]:
     """Policy and environment from a checkpoint file or run directory; also the raw checkpoint."""
     ckpt = load_checkpoint(path, map_location=device)
     try:
-        config = config_from_dict(ckpt["config"])
-        dims = ckpt["dims"]
-        model = DecisionTransformer(
-            config.model, dims["state_dim"], dims["act_dim"], dims["max_timestep"]
-        ).to(device)
-        model.load_state_dict(ckpt["model"])
+        model = model_from_checkpoint(ckpt, device)
         task = ckpt["task"]
         reference = task.get("reference")
         setup = EnvSetup(
@@ -283,16 +290,15 @@ def load_policy(path: str, device: torch.device) -> tuple[Policy, EnvSetup, dict
             reference=ReferenceScores(**reference) if reference else None,
         )
     except (KeyError, TypeError, RuntimeError, ValueError) as err:
-        reason = str(err).strip().splitlines()[0]
         raise CheckpointError(
-            f"checkpoint {path} does not match this primal-dt: {reason}"
+            f"checkpoint {path} does not match this primal-dt: {first_line(err)}"
         ) from None
-    check_env_matches(setup, dims["state_dim"], dims["act_dim"], f"checkpoint {path}")
+    check_env_matches(setup, model.state_dim, model.act_dim, f"checkpoint {path}")
     policy = Policy(
         model=model,
         state_mean=ckpt["state_mean"].to(device),
         state_std=ckpt["state_std"].to(device),
-        return_scale=config.train.return_scale,
+        return_scale=float(ckpt["config"]["train"]["return_scale"]),
         device=device,
     )
     return policy, setup, ckpt

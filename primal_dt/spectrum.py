@@ -14,8 +14,7 @@ They come from the training data: they are fixed, not held out.
 
 from __future__ import annotations
 
-import os
-import tempfile
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from primal_dt.checkpoint import load_checkpoint
+from primal_dt.checkpoint import atomic_write, load_checkpoint
 from primal_dt.config import config_from_dict
 from primal_dt.data import Batch, WindowSampler, load_task_data
+from primal_dt.evaluate import model_from_checkpoint
 from primal_dt.model import DecisionTransformer
 from primal_dt.tasks import Task, env_for_gym_id
 
@@ -88,16 +88,6 @@ def attention_spectra(model: DecisionTransformer, windows: Batch) -> list[np.nda
     return [mean_cumulative_spectrum(outputs[i], token_mask).numpy() for i in sorted(outputs)]
 
 
-def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str) -> DecisionTransformer:
-    config = config_from_dict(ckpt["config"])
-    dims = ckpt["dims"]
-    model = DecisionTransformer(
-        config.model, dims["state_dim"], dims["act_dim"], dims["max_timestep"]
-    )
-    model.load_state_dict(ckpt["model"])
-    return model.to(device).eval()
-
-
 def make_windows(ckpt: dict[str, Any], count: int = NUM_WINDOWS) -> Batch:
     """Fixed-seed windows of the checkpoint's dataset, normalised as its run normalises states."""
     record = ckpt["task"]
@@ -122,13 +112,8 @@ def run_windows(run_dir: Path, ckpt: dict[str, Any]) -> Batch:
     if path.exists():
         return Batch(**torch.load(path, weights_only=True))
     windows = make_windows(ckpt)
-    try:  # written atomically; a read-only run directory only means making them again next time
-        handle, tmp = tempfile.mkstemp(prefix=f".{WINDOWS_NAME}.", suffix=".tmp", dir=run_dir)
-        with os.fdopen(handle, "wb") as file:
-            torch.save(windows._asdict(), file)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # a read-only run directory: made again next time
+        atomic_write(path, lambda file: torch.save(windows._asdict(), file))
     return windows
 
 
@@ -136,7 +121,7 @@ def checkpoint_spectra(
     run_dir: Path, ckpt: dict[str, Any], device: torch.device | str = "cpu"
 ) -> list[np.ndarray]:
     """The spectra of a checkpoint's blocks on its run's windows."""
-    model = model_from_checkpoint(ckpt, device)
+    model = model_from_checkpoint(ckpt, device).eval()
     windows = Batch(*(t.to(device) for t in run_windows(run_dir, ckpt)))
     return attention_spectra(model, windows)
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from primal_dt.checkpoint import CHECKPOINT_NAME, REQUIRED_KEYS, load_checkpoint
 from primal_dt.config import Config, load_config, named_config_path
-from primal_dt.errors import PrimalDTError
+from primal_dt.errors import PrimalDTError, first_line
 from primal_dt.eval_service import (
     EvalOptions,
     Evaluator,
@@ -357,7 +357,7 @@ class Sweep:
                 try:
                     self.end(run, ray.get(ready))
                 except ray.exceptions.RayError as err:
-                    self.end(run, None, f"Ray task failed: {_first_line(err)}")
+                    self.end(run, None, f"Ray task failed: {first_line(err) or type(err).__name__}")
         except KeyboardInterrupt:
             for ref in refs:
                 ray.cancel(ref)  # the task forwards the interrupt to its run
@@ -418,11 +418,6 @@ def _stop(processes: list[subprocess.Popen]) -> None:
                 if other.poll() is None:
                     other.send_signal(signal.SIGINT)
             process.wait()
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list[Run]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import shutil
 import signal
 import sys
 import threading
@@ -27,10 +26,15 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm.auto import tqdm
 
-from primal_dt.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from primal_dt.checkpoint import (
+    CHECKPOINT_NAME,
+    copy_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from primal_dt.config import Config, config_from_dict
 from primal_dt.data import Batch, TaskData, WindowSampler, load_task_data
-from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError
+from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError, first_line
 from primal_dt.eval_service import (
     EvalOptions,
     EvalService,
@@ -246,10 +250,7 @@ class Trainer:
         if keep:
             folder = self.run_dir / "checkpoints"
             folder.mkdir(exist_ok=True)
-            copy = folder / f"step_{self.step:08d}.pt"
-            tmp = folder / f".{copy.name}.tmp"
-            shutil.copyfile(path, tmp)
-            tmp.replace(copy)
+            copy_checkpoint(path, folder / f"step_{self.step:08d}.pt")
             for old in sorted(folder.glob("step_*.pt"))[:-keep]:
                 old.unlink()
         return path
@@ -268,8 +269,9 @@ class Trainer:
             self.scheduler.load_state_dict(ckpt["scheduler"])
             self.sampler.load_state_dict(ckpt["sampler"])
         except (KeyError, RuntimeError, ValueError) as err:
-            reason = str(err).strip().splitlines()[0]
-            raise CheckpointError(f"checkpoint does not match the model: {reason}") from None
+            raise CheckpointError(
+                f"checkpoint does not match the model: {first_line(err)}"
+            ) from None
         self.state_mean = ckpt["state_mean"].numpy()
         self.state_std = ckpt["state_std"].numpy()
         torch.set_rng_state(ckpt["rng"]["torch"])
@@ -350,8 +352,9 @@ class Trainer:
         writer = SummaryWriter(str(self.run_dir), purge_step=self.step + 1 if self.step else None)
         if self.step == 0:
             self._write_hparams(writer)
+        evaluating = bool(cfg.eval_every or eval_cfg.final_episodes)
         service = None
-        if (cfg.eval_every or eval_cfg.final_episodes) and eval_cfg.service == "process":
+        if evaluating and eval_cfg.service == "process":
             service = EvalService(self.run_dir, self.eval_options())
             service.start()
         results = ResultsTail(self.run_dir)
@@ -415,7 +418,7 @@ class Trainer:
                             f"({eval_cfg.final_episodes} episodes per target)"
                         )
                     service.finish()
-                elif (cfg.eval_every or eval_cfg.final_episodes) and eval_cfg.service == "external":
+                elif evaluating and eval_cfg.service == "external":
                     say(
                         f"training done; its evaluation snapshots wait in {self.run_dir}/eval_queue "
                         f"for: primal-dt eval --watch {self.run_dir}"
