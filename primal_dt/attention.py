@@ -18,6 +18,8 @@ over the real tokens of the prefix only, which makes outputs independent of padd
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -68,13 +70,52 @@ class CausalSelfAttention(nn.Module):
 def masked_prefix_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Running mean over the real tokens of each prefix: sum_{j<=i} m_j x_j / max(1, sum_{j<=i} m_j).
 
-    x: (B, H, L, d), mask: (B, L). Summed in at least float32, so bf16 does not erode long sums.
+    x: (B, L, C), mask: (B, L). Summed in at least float32, so bf16 does not erode long sums.
     """
     dtype = torch.promote_types(x.dtype, torch.float32)
-    weights = mask.to(dtype)[:, None, :, None]
-    total = (x.to(dtype) * weights).cumsum(dim=2)
-    count = weights.cumsum(dim=2).clamp(min=1.0)
+    weights = mask.to(dtype).unsqueeze(-1)
+    total = (x.to(dtype) * weights).cumsum(dim=1)
+    count = weights.cumsum(dim=1).clamp(min=1.0)
     return total / count
+
+
+class UnitNormalize(torch.autograd.Function):
+    """phi(v) = v / max(||v||, 1e-12) over the last dimension, as F.normalize, with a backward of
+    three passes over the tensor instead of autograd's seven (the layer is bound by such passes)."""
+
+    @staticmethod
+    def forward(ctx: Any, v: Tensor) -> Tensor:
+        inv_norm = torch.linalg.vector_norm(v, dim=-1, keepdim=True).clamp_min(1e-12).reciprocal()
+        unit = v * inv_norm
+        ctx.save_for_backward(unit, inv_norm)
+        return unit
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        unit, inv_norm = ctx.saved_tensors
+        along = torch.linalg.vecdot(grad, unit, dim=-1).unsqueeze(-1)
+        return (grad * inv_norm).addcmul_(unit, along * inv_norm, value=-1.0)
+
+
+class MaskedEnergy(torch.autograd.Function):
+    """sum_l m_l sum_k w_k x_lk^2 per sequence, for x (B, L, K), w (K,), m (B, L): the KSVD loss's
+    energy terms in two passes over the scores, where autograd's composition takes six."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weights: Tensor, valid: Tensor) -> Tensor:
+        squares = x * x
+        ctx.save_for_backward(x, squares, weights, valid)
+        with torch.autocast(x.device.type, enabled=False):  # a float32 sum, not a bf16 matmul
+            return (torch.matmul(squares, weights) * valid).sum(dim=1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+        x, squares, weights, valid = ctx.saved_tensors
+        per_token = grad[:, None] * valid  # (B, L)
+        with torch.autocast(x.device.type, enabled=False):
+            grad_weights = torch.einsum("blk,bl->k", squares, per_token)
+        grad_x = (x * weights).mul_(2.0 * per_token[..., None])
+        return grad_x, grad_weights, None
 
 
 class PrimalAttention(nn.Module):
@@ -82,6 +123,13 @@ class PrimalAttention(nn.Module):
 
     forward returns the layer output (B, L, D) and the per-sequence KSVD objective J (B,), whose
     square the model averages into its KSVD loss.
+
+    The running means are taken of x, not of q and k: q = x Wq + bq is affine, so the mean of q
+    over a prefix is the mean of x projected, and one prefix sum over D channels replaces two.
+    (At a padded position with no real token before it the two differ: such a position has
+    nothing to average and its output is never read.) The query and key projections run as one
+    matrix product, laid out per head as (q_h, k_h), so that e and r come out of one batched
+    product, already side by side for the concat layer.
     """
 
     def __init__(self, embed_dim: int, n_head: int, rank: int, dropout: float) -> None:
@@ -101,50 +149,59 @@ class PrimalAttention(nn.Module):
         self.proj = nn.Linear(embed_dim, embed_dim)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def scores(self, x: Tensor, mask: Tensor, last_only: bool = False) -> tuple[Tensor, Tensor]:
-        """The e- and r-scores (B, H, L, s) of DESIGN.md section 1, steps 1-4 (L = 1: the last)."""
-        batch, length, _ = x.shape
-        q = self.query(x).view(batch, length, self.n_head, -1).transpose(1, 2)
-        k = self.key(x).view(batch, length, self.n_head, -1).transpose(1, 2)
-        q_mean, k_mean = masked_prefix_mean(q, mask), masked_prefix_mean(k, mask)
+    def scores(self, x: Tensor, mask: Tensor, last_only: bool = False) -> Tensor:
+        """e and r of DESIGN.md section 1, steps 1-4, stacked: (B, L, H, 2, s), [..., 0, :] = e,
+        [..., 1, :] = r (L = 1 with last_only: the last token)."""
+        batch, length, dim = x.shape
+        heads, head_dim = self.n_head, dim // self.n_head
+        mean = masked_prefix_mean(x, mask).to(x.dtype)
         if last_only:
-            q_mean, k_mean = q_mean[:, :, -1:], k_mean[:, :, -1:]
-        q_bar = F.normalize(q_mean, p=2, dim=-1).to(q.dtype)
-        k_bar = F.normalize(k_mean, p=2, dim=-1).to(k.dtype)
-        e = torch.einsum("bhld,hds->bhls", q_bar, self.we)
-        r = torch.einsum("bhld,hds->bhls", k_bar, self.wr)
-        return e, r
+            mean, length = mean[:, -1:], 1
+        weight = torch.stack(
+            (
+                self.query.weight.view(heads, head_dim, dim),
+                self.key.weight.view(heads, head_dim, dim),
+            ),
+            dim=1,
+        ).view(2 * dim, dim)
+        bias = torch.stack(
+            (self.query.bias.view(heads, head_dim), self.key.bias.view(heads, head_dim)), dim=1
+        ).view(2 * dim)
+        qk_mean = F.linear(mean, weight, bias).view(batch * length, 2 * heads, head_dim)
+        unit = UnitNormalize.apply(qk_mean)
+        projections = torch.stack((self.we, self.wr), dim=1).view(2 * heads, head_dim, -1)
+        scores = torch.bmm(unit.transpose(0, 1), projections.to(unit.dtype)).transpose(0, 1)
+        return scores.reshape(batch, length, heads, 2, -1)
 
     def forward(
         self, x: Tensor, mask: Tensor, last_only: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """Output (B, L, D) and J (B,); with last_only, the last token's output and no J."""
         batch, _, dim = x.shape
-        e, r = self.scores(x, mask, last_only)
-        y = self.concat(torch.cat([e, r], dim=-1))  # (B, H, L, d), shared across heads
-        y = y.transpose(1, 2).reshape(batch, e.shape[2], dim)
+        scores = self.scores(x, mask, last_only)
+        length, heads, _, rank = scores.shape[1:]
+        # concat[e, r] per head, one Linear(2s -> d) shared across heads, heads merged.
+        y = self.concat(scores.reshape(batch, length, heads, 2 * rank)).reshape(batch, length, dim)
         y = self.resid_dropout(self.proj(y))
         if last_only:
             return y, None
-        return y, ksvd_objective(e, r, self.lam, self.we, self.wr, mask)
+        return y, ksvd_objective(scores, self.lam, self.we, self.wr, mask)
 
 
-def ksvd_objective(
-    e: Tensor, r: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Tensor
-) -> Tensor:
+def ksvd_objective(scores: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Tensor) -> Tensor:
     """Per-sequence KSVD objective J (B,) over real tokens only, DESIGN.md section 2.
 
-    J = 1/2 mean_{h,i} ||lam_h * e_hi||^2 + 1/2 mean_{h,i} ||lam_h * r_hi||^2 - mean_h Tr(We_h^T Wr_h).
-    The paper shows J = 0 at the KSVD stationary point, so training drives J^2 towards zero.
+    J = 1/2 mean_{h,i} ||lam_h * e_hi||^2 + 1/2 mean_{h,i} ||lam_h * r_hi||^2 - mean_h Tr(We_h^T Wr_h),
+    with scores (B, L, H, 2, s) holding e and r as PrimalAttention.scores returns them. The two
+    means share their count, so they are one weighted sum of squares. The paper shows J = 0 at
+    the KSVD stationary point, so training drives J^2 towards zero.
     """
-    dtype = torch.promote_types(e.dtype, torch.float32)  # bf16 scores are summed in float32
-    valid = mask.to(dtype)[:, None, :]  # (B, 1, L)
-    n_head = e.shape[1]
-    count = valid.sum(dim=(1, 2)).clamp(min=1.0) * n_head
-    lam = lam.to(dtype)[None, :, None, :]
-    energy_e = ((lam * e.to(dtype)) ** 2).sum(dim=-1)  # (B, H, L)
-    energy_r = ((lam * r.to(dtype)) ** 2).sum(dim=-1)
-    mean_e = (energy_e * valid).sum(dim=(1, 2)) / count
-    mean_r = (energy_r * valid).sum(dim=(1, 2)) / count
+    dtype = torch.promote_types(scores.dtype, torch.float32)  # bf16 scores are summed in float32
+    batch, length, heads, _, rank = scores.shape
+    valid = mask.to(dtype)
+    count = valid.sum(dim=1).clamp(min=1.0) * heads
+    lam_squared = lam.to(dtype).square()[:, None, :].expand(heads, 2, rank).reshape(-1)
+    flat = scores.to(dtype).reshape(batch, length, -1)
+    energy = MaskedEnergy.apply(flat, lam_squared, valid)
     trace = (we.to(dtype) * wr.to(dtype)).sum(dim=(1, 2)).mean()  # Tr(A^T B) = sum(A * B)
-    return 0.5 * mean_e + 0.5 * mean_r - trace
+    return 0.5 * energy / count - trace

@@ -1,7 +1,7 @@
 """The attention layers against slow references written straight from DESIGN.md sections 1 and 2.
 
 Each reference is a plain per-batch, per-head, per-position Python loop over the formulas, so the
-vectorised layers (cumulative sums, einsum, SDPA) are checked against an independent computation.
+vectorised layers (cumulative sums, batched products, hand-written backward passes, SDPA) are checked against an independent computation.
 Also checked: causality, independence from padded tokens, no NaN with left padding, and that a
 Primal block never materialises an L x L tensor.
 """
@@ -9,6 +9,7 @@ Primal block never materialises an L x L tensor.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -16,7 +17,13 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from primal_dt.attention import CausalSelfAttention, PrimalAttention, ksvd_objective
+from primal_dt.attention import (
+    CausalSelfAttention,
+    MaskedEnergy,
+    PrimalAttention,
+    UnitNormalize,
+    ksvd_objective,
+)
 from primal_dt.config import ModelConfig
 from primal_dt.model import Block, DecisionTransformer
 
@@ -42,7 +49,7 @@ def padding_masks(length: int = LENGTH) -> Tensor:
 
 def phi(v: Tensor) -> Tensor:
     """phi(v) = v / ||v||; the 1e-12 floor only matters for the zero mean of an all-padded prefix."""
-    return v / max(v.norm().item(), 1e-12)
+    return v / v.norm().clamp_min(1e-12)
 
 
 def reference_primal(
@@ -169,11 +176,48 @@ def test_primal_attention_matches_per_position_loop(dtype: torch.dtype, atol: fl
     torch.testing.assert_close(y[mask], y_ref[mask].to(dtype), atol=atol, rtol=0)
     torch.testing.assert_close(j, j_ref.to(dtype), atol=atol, rtol=0)
     with torch.no_grad():
-        e, r = layer.scores(x.to(dtype), mask)
-    # e, r: (B, H, L, s) -> (B, L, H, s), indexed by the mask as y is.
-    for got, want in ((e, e_ref), (r, r_ref)):
-        got, want = got.transpose(1, 2)[mask], want.transpose(1, 2)[mask]
-        torch.testing.assert_close(got, want.to(dtype), atol=atol, rtol=0)
+        scores = layer.scores(x.to(dtype), mask)  # (B, L, H, 2, s)
+    # e_ref, r_ref: (B, H, L, s) -> (B, L, H, s), indexed by the mask as y is.
+    for got, want in ((scores[..., 0, :], e_ref), (scores[..., 1, :], r_ref)):
+        torch.testing.assert_close(
+            got[mask], want.transpose(1, 2)[mask].to(dtype), atol=atol, rtol=0
+        )
+
+
+def test_primal_gradients_match_autograd_through_the_reference() -> None:
+    """The hand-written backward passes (UnitNormalize, MaskedEnergy) give the gradients that
+    autograd finds through the per-position loop, for the input and every parameter."""
+    mask = padding_masks()
+    torch.manual_seed(1)
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, dtype=torch.float64)
+    weights = torch.randn(mask.shape[0], LENGTH, EMBED, dtype=torch.float64)
+
+    def gradients(forward: Callable[[PrimalAttention, Tensor], tuple[Tensor, Tensor]]) -> tuple:
+        layer = make_primal(torch.float64)
+        x_grad = x.clone().requires_grad_()
+        y, j = forward(layer, x_grad)
+        loss = (y * weights)[mask].sum() + j.square().sum()
+        return torch.autograd.grad(loss, [x_grad, *layer.parameters()])
+
+    def reference(layer: PrimalAttention, x_grad: Tensor) -> tuple[Tensor, Tensor]:
+        y, e, r = reference_primal(layer, x_grad, mask)
+        return y, reference_ksvd(e, r, layer.lam, layer.we, layer.wr, mask)
+
+    got = gradients(lambda layer, x_grad: layer(x_grad, mask))
+    want = gradients(reference)
+    assert len(got) == len(want) == 1 + len(list(make_primal().parameters()))
+    for got_grad, want_grad in zip(got, want, strict=True):
+        torch.testing.assert_close(got_grad, want_grad, atol=1e-10, rtol=0)
+
+
+def test_hand_written_backward_passes_pass_gradcheck() -> None:
+    gen = torch.Generator(torch.get_default_device()).manual_seed(5)
+    v = torch.randn(6, 3, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(UnitNormalize.apply, (v,))
+    weights = torch.rand(5, generator=gen, dtype=torch.float64, requires_grad=True)
+    valid = torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 1.0]], dtype=torch.float64)
+    x = torch.randn(2, 3, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, w: MaskedEnergy.apply(a, w, valid), (x, weights))
 
 
 def test_reference_primal_detects_an_unmasked_mean() -> None:
@@ -200,14 +244,19 @@ def test_ksvd_objective_matches_direct_loop(dtype: torch.dtype, atol: float) -> 
     we = torch.randn(heads, d, rank, generator=gen, dtype=torch.float64)
     wr = torch.randn(heads, d, rank, generator=gen, dtype=torch.float64)
     mask = padding_masks(length)
-    j = ksvd_objective(*(t.to(dtype) for t in (e, r, lam, we, wr)), mask)
+
+    def objective(e: Tensor, r: Tensor) -> Tensor:
+        scores = torch.stack((e, r), dim=3).transpose(1, 2)  # (B, H, L, s) x 2 -> (B, L, H, 2, s)
+        return ksvd_objective(*(t.to(dtype) for t in (scores, lam, we, wr)), mask)
+
+    j = objective(e, r)
     j_ref = reference_ksvd(e, r, lam, we, wr, mask)
     assert j.shape == (batch,)
     torch.testing.assert_close(j, j_ref.to(dtype), atol=atol, rtol=0)
     # Padded tokens carry no weight: huge scores there change nothing.
     e_pad = e.masked_fill(~mask[:, None, :, None], 1e3)
     r_pad = r.masked_fill(~mask[:, None, :, None], -1e3)
-    j_pad = ksvd_objective(*(t.to(dtype) for t in (e_pad, r_pad, lam, we, wr)), mask)
+    j_pad = objective(e_pad, r_pad)
     torch.testing.assert_close(j_pad, j, atol=atol, rtol=0)
 
 
