@@ -2,12 +2,14 @@
 paper's size and at the Primal paper's size, measured side by side in one run.
 
     python scripts/bench_train.py                          # CPU
-    python scripts/bench_train.py --device cuda --compile --write-readme
+    python scripts/bench_train.py --device cuda --compile reduce-overhead --write-readme
 
 Each row times primal-dt's own training step (Trainer.train_step on a batch from its sampler,
 the dataset resident on the device) on synthetic HalfCheetah-sized data (17 states, 6 actions,
-1000-step episodes: speed does not depend on the values), in a fresh process so that its peak
-memory is its own. Vanilla DT and Primal-DT differ only in model.primal_blocks (none / last).
+1000-step episodes: speed does not depend on the values). Vanilla DT and Primal-DT differ only in
+model.primal_blocks (none / last). Both models train in one process, in alternating rounds, so
+that a machine that slows down or speeds up during the run affects both alike; each one's peak
+memory is measured in a fresh process of its own.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 from bench_common import device_name, peak_memory, reset_peak_memory, run_isolated, synchronize
 from readme_table import publish
 
-from primal_dt.config import load_config, named_config_path
+from primal_dt.config import COMPILE_MODES, load_config, named_config_path
 from primal_dt.data import Episode, TaskData
 from primal_dt.tasks import Task
 from primal_dt.train import Trainer
@@ -55,27 +57,67 @@ def synthetic_data(episodes: int = 20, length: int = 1000) -> TaskData:
     )
 
 
-def measure_point(point: dict[str, Any]) -> dict[str, Any]:
+MODELS = {"DT": "none", "Primal-DT": "last"}  # name -> model.primal_blocks
+
+
+def make_trainer(point: dict[str, Any], primal_blocks: str, run_dir: Path) -> Trainer:
     overrides = [
-        f"model.primal_blocks={json.dumps(point['primal_blocks'])}",
+        f"model.primal_blocks={json.dumps(primal_blocks)}",
         f"train.device={json.dumps(point['device'])}",
         f"train.compile={'true' if point['compile'] else 'false'}",
+        f"train.compile_mode={json.dumps(point['compile'] or 'default')}",
     ]
     config = load_config(named_config_path(point["config"]), overrides, task="halfcheetah-medium")
+    return Trainer.create(config, synthetic_data(), run_dir)
+
+
+def run_steps(trainer: Trainer, steps: int) -> float:
+    """Seconds for `steps` training steps, the device synchronised at both ends."""
+    batch_size = trainer.config.train.batch_size
+    synchronize(trainer.device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        trainer.train_step(trainer.sampler.sample(batch_size))
+    synchronize(trainer.device)
+    return time.perf_counter() - start
+
+
+def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
+    """Steps per second of every model, timed in alternating rounds within this process. On CUDA
+    also each model's peak memory above everything resident (both models, optimizers, data)."""
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer.create(config, synthetic_data(), Path(run_dir))
-        device = trainer.device
-        batch_size = config.train.batch_size
-        baseline = reset_peak_memory(device)  # the model, optimizer and data are resident
-        for _ in range(point["warmup"]):  # compile, kernel choice, allocator warm-up
-            trainer.train_step(trainer.sampler.sample(batch_size))
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(point["steps"]):
-            trainer.train_step(trainer.sampler.sample(batch_size))
-        synchronize(device)
-        seconds = time.perf_counter() - start
-    return {"steps_per_sec": point["steps"] / seconds, "bytes": peak_memory(device, baseline)}
+        trainers = {
+            name: make_trainer(point, blocks, Path(run_dir) / name)
+            for name, blocks in MODELS.items()
+        }
+        for trainer in trainers.values():
+            run_steps(trainer, point["warmup"])  # compile, kernel choice, allocator warm-up
+        seconds = dict.fromkeys(trainers, 0.0)
+        peak = dict.fromkeys(trainers, 0)
+        per_round = max(1, point["steps"] // point["rounds"])
+        for _ in range(point["rounds"]):
+            for name, trainer in trainers.items():
+                baseline = reset_peak_memory(trainer.device)
+                seconds[name] += run_steps(trainer, per_round)
+                peak[name] = max(peak[name], peak_memory(trainer.device, baseline))
+    found: dict[str, Any] = {name: per_round * point["rounds"] / seconds[name] for name in trainers}
+    if point["device"] != "cpu":  # a CPU process has one peak resident size: see measure_memory
+        found.update({f"{name} bytes": peak[name] for name in trainers})
+    return found
+
+
+def measure_memory(point: dict[str, Any]) -> dict[str, Any]:
+    """Peak resident size of one model's training steps in a process of its own (CPU), above the
+    resident model, optimizer and data."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = make_trainer(point, point["primal_blocks"], Path(run_dir))
+        baseline = reset_peak_memory(trainer.device)
+        run_steps(trainer, point["warmup"])
+        return {"bytes": peak_memory(trainer.device, baseline)}
+
+
+def measure_point(point: dict[str, Any]) -> dict[str, Any]:
+    return measure_speed(point) if point["measure"] == "speed" else measure_memory(point)
 
 
 def main() -> None:
@@ -85,7 +127,11 @@ def main() -> None:
     parser.add_argument(
         "--steps", type=int, default=0, help="timed steps (default: 100 CPU, 2000 CUDA)"
     )
-    parser.add_argument("--compile", action="store_true", help="also time torch.compile'd steps")
+    parser.add_argument("--rounds", type=int, default=10, help="alternating rounds (default 10)")
+    parser.add_argument(
+        "--compile", nargs="?", const="default", choices=COMPILE_MODES, metavar="MODE",
+        help="also time torch.compile'd steps, in this mode (default: default)",
+    )  # fmt: skip
     parser.add_argument("--write-readme", action="store_true")
     args = parser.parse_args()
     if args.point:
@@ -95,28 +141,30 @@ def main() -> None:
     steps = args.steps or (2000 if device.type == "cuda" else 100)
     rows = []
     for label, config in SIZES.items():
-        for compiled in (False, True) if args.compile else (False,):
-            found = {}
-            for name, blocks in (("DT", "none"), ("Primal-DT", "last")):
-                point = {"config": config, "primal_blocks": blocks, "device": args.device,
-                         "compile": compiled, "steps": steps,
-                         "warmup": 30 if compiled else 10}  # fmt: skip
-                found[name] = run_isolated(__file__, point)
-                print(label, name, "compiled" if compiled else "eager", found[name], flush=True)
-            dt, primal = found["DT"], found["Primal-DT"]
-            mode = "torch.compile" if compiled else "eager"
-            if "error" in dt or "error" in primal:
-                rows.append(
-                    f"| {label} | {mode} | {dt.get('error', '')} | {primal.get('error', '')} ||||"
-                )
+        for compiled in (None, args.compile) if args.compile else (None,):
+            point = {"config": config, "device": args.device, "compile": compiled,
+                     "warmup": 30 if compiled else 10}  # fmt: skip
+            found = run_isolated(__file__, {**point, "measure": "speed", "steps": steps,
+                                            "rounds": args.rounds})  # fmt: skip
+            for name, blocks in MODELS.items():
+                if f"{name} bytes" not in found:  # CPU: each model's peak in a fresh process
+                    memory = run_isolated(
+                        __file__, {**point, "measure": "memory", "primal_blocks": blocks}
+                    )
+                    found[f"{name} bytes"] = memory.get("bytes", memory.get("error"))
+            mode = f"torch.compile ({compiled})" if compiled else "eager"
+            print(label, mode, found, flush=True)
+            if "error" in found:
+                rows.append(f"| {label} | {mode} | {found['error']} ||||||")
                 continue
+            dt, primal = found["DT"], found["Primal-DT"]
             rows.append(
-                f"| {label} | {mode} | {dt['steps_per_sec']:.4g} | {primal['steps_per_sec']:.4g} "
-                f"| {primal['steps_per_sec'] / dt['steps_per_sec']:.2f}x "
-                f"| {dt['bytes'] / 2**20:.0f} | {primal['bytes'] / 2**20:.0f} |"
+                f"| {label} | {mode} | {dt:.4g} | {primal:.4g} | {primal / dt:.2f}x "
+                f"| {mebibytes(found['DT bytes'])} | {mebibytes(found['Primal-DT bytes'])} |"
             )
     caption = (
-        f"Training steps per second (batch 64, K 20, {steps} timed steps) and peak memory "
+        f"Training steps per second (batch 64, K 20, {steps} timed steps each, in "
+        f"{args.rounds} alternating rounds) and peak memory "
         f"(above the resident model and data"
         + ("; process peak resident size on CPU" if device.type == "cpu" else "")
         + f") on {device_name(device)}, torch {torch.__version__}:"
@@ -126,6 +174,10 @@ def main() -> None:
         "| Primal-DT MiB |\n|---|---|---:|---:|---:|---:|---:|"
     )
     publish(f"bench_train_{device.type}", caption, header, rows, args.write_readme)
+
+
+def mebibytes(value: int | str) -> str:
+    return f"{value / 2**20:.0f}" if isinstance(value, int) else str(value)
 
 
 if __name__ == "__main__":

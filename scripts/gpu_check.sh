@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: the test suite on CUDA, then the benchmarks on CUDA, each
-# writing its table into README.md (labelled with the GPU's name). Under 8 minutes on an H200.
+# writing its table into README.md (labelled with the GPU's name). Under 8 minutes on an H200;
+# each step has a time limit (9 minutes in all), so the script always ends within one device call.
 # Run from the repository root after `pip install -e ".[test]"`:   bash scripts/gpu_check.sh
 # The tests record their own datasets (no network) with the policies of ../shared/policies
 # (or $PRIMAL_DT_POLICIES). Every step runs even if an earlier one fails; the exit status says
@@ -9,17 +10,17 @@ set -uo pipefail
 export PRIMAL_DT_POLICIES="${PRIMAL_DT_POLICIES:-$(cd .. && pwd)/shared/policies}"
 write="${WRITE_README---write-readme}"
 status=0
-step() {  # step NAME COMMAND...: run, time, and remember a failure
-    local name=$1; shift
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, time it, remember a failure
+    local name=$1 limit=$2; shift 2
     echo "=== $name"
     local start=$SECONDS
-    "$@" || { echo "=== $name FAILED"; status=1; }
+    timeout "$limit" "$@" || { echo "=== $name FAILED (exit $?; 124: over ${limit} s)"; status=1; }
     echo "=== $name took $((SECONDS - start)) s"
 }
 python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(), torch.__version__)" || exit 1
 # Layer and model tests with CUDA as the default device; training and evaluation with --device cuda.
-step "tests on CUDA" env PRIMAL_DT_TEST_DEVICE=cuda python3 -m pytest -q -x
-step "training benchmark" python3 scripts/bench_train.py --device cuda --compile $write
-step "attention benchmark" python3 scripts/bench_attention.py --device cuda --batch 64 --ks 20,50,100,200,500,1000,2000 $write
-step "evaluation benchmark" python3 scripts/bench_eval.py --device cuda --workers 8 $write
+step "tests on CUDA" 180 env PRIMAL_DT_TEST_DEVICE=cuda python3 -m pytest -q
+step "training benchmark" 180 python3 scripts/bench_train.py --device cuda --compile reduce-overhead $write
+step "attention benchmark" 60 python3 scripts/bench_attention.py --device cuda --batch 64 --ks 20,50,100,200,500,1000,2000 $write
+step "evaluation benchmark" 120 python3 scripts/bench_eval.py --device cuda --workers 8 --sequential-episodes 5 $write
 exit $status
