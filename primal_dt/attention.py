@@ -100,22 +100,21 @@ class UnitNormalize(torch.autograd.Function):
 
 class MaskedEnergy(torch.autograd.Function):
     """sum_l m_l sum_k w_k x_lk^2 per sequence, for x (B, L, K), w (K,), m (B, L): the KSVD loss's
-    energy terms, with a backward that writes one tensor of x's size where autograd's composition
-    writes several."""
+    energy terms, keeping no tensor but x (which the concat layer keeps anyway) for a backward that
+    writes one tensor of x's size where autograd's composition keeps and writes several."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weights: Tensor, valid: Tensor) -> Tensor:
-        squares = x * x
-        ctx.save_for_backward(x, squares, weights, valid)
+        ctx.save_for_backward(x, weights, valid)  # in float32, x is the concat input: kept anyway
         with torch.autocast(x.device.type, enabled=False):  # a float32 sum, not a bf16 matmul
-            return (torch.matmul(squares, weights) * valid).sum(dim=1)
+            return (torch.matmul(x * x, weights) * valid).sum(dim=1)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
-        x, squares, weights, valid = ctx.saved_tensors
+        x, weights, valid = ctx.saved_tensors
         per_token = grad[:, None] * valid  # (B, L)
         with torch.autocast(x.device.type, enabled=False):
-            grad_weights = torch.einsum("blk,bl->k", squares, per_token)
+            grad_weights = torch.einsum("blk,bl->k", x * x, per_token)
         grad_x = (x * weights).mul_(2.0 * per_token[..., None])
         return grad_x, grad_weights, None
 

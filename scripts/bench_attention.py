@@ -5,8 +5,10 @@ Primal-Attention, at the Primal paper's width (embed 256, 4 heads, rank 64).
     python scripts/bench_attention.py                         # CPU, K = 20 ... 1000 timesteps
     python scripts/bench_attention.py --device cuda --write-readme
 
-A DT window of K timesteps is 3K tokens. Each point runs in a fresh process, so its peak memory
-is its own; the windows are left-padded like training batches (a quarter of them padded).
+A DT window of K timesteps is 3K tokens, left-padded like training batches (a quarter of them
+padded). At each K both layers run in one fresh process, timed in alternating rounds so that a
+machine that slows down or speeds up affects both alike; on CPU each layer's peak memory (the
+process's peak resident size) is measured in a process of its own.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from bench_common import (
     device_name,
+    mebibytes,
     peak_memory,
     reset_peak_memory,
     run_isolated,
@@ -29,20 +33,24 @@ from readme_table import publish
 
 from primal_dt.attention import CausalSelfAttention, PrimalAttention
 
+KINDS = ("softmax", "primal")
 
-def measure_point(point: dict[str, Any]) -> dict[str, Any]:
-    device = torch.device(point["device"])
+
+def make_layer(kind: str, point: dict[str, Any]) -> torch.nn.Module:
     torch.manual_seed(0)
     dim, heads, rank = point["embed_dim"], point["n_head"], point["rank"]
-    layer = (
-        PrimalAttention(dim, heads, rank, dropout=0.0)
-        if point["kind"] == "primal"
-        else CausalSelfAttention(dim, heads, dropout=0.0)
-    ).to(device)
+    if kind == "primal":
+        return PrimalAttention(dim, heads, rank, dropout=0.0)
+    return CausalSelfAttention(dim, heads, dropout=0.0)
+
+
+def make_step(layer: torch.nn.Module, point: dict[str, Any]) -> Callable[[], None]:
+    """One forward + backward on left-padded windows (a quarter of them padded), as in training."""
+    device = torch.device(point["device"])
     batch, length = point["batch"], 3 * point["k"]
-    x = torch.randn(batch, length, dim, device=device, requires_grad=True)
+    x = torch.randn(batch, length, point["embed_dim"], device=device, requires_grad=True)
     mask = torch.ones(batch, length, dtype=torch.bool, device=device)
-    mask[: batch // 4, : length // 2] = False  # left padding, as in training windows
+    mask[: batch // 4, : length // 2] = False
 
     def step() -> None:
         y, j = layer(x, mask)
@@ -51,23 +59,52 @@ def measure_point(point: dict[str, Any]) -> dict[str, Any]:
         x.grad = None
         layer.zero_grad(set_to_none=True)
 
-    baseline = reset_peak_memory(device)
-    step()  # warm-up, kernels chosen
-    synchronize(device)
-    times = []
+    return step
+
+
+def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
+    """Median milliseconds of both layers, timed in alternating rounds within this process. On
+    CUDA also each layer's peak memory above the inputs and weights."""
+    device = torch.device(point["device"])
+    steps = {kind: make_step(make_layer(kind, point).to(device), point) for kind in KINDS}
+    times: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    peak = dict.fromkeys(KINDS, 0)
+    for kind in KINDS:
+        steps[kind]()  # warm-up, kernels chosen
     for _ in range(point["repeats"]):
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return {"ms": 1000 * statistics.median(times), "bytes": peak_memory(device, baseline)}
+        for kind in KINDS:
+            baseline = reset_peak_memory(device)
+            synchronize(device)
+            start = time.perf_counter()
+            steps[kind]()
+            synchronize(device)
+            times[kind].append(time.perf_counter() - start)
+            peak[kind] = max(peak[kind], peak_memory(device, baseline))
+    found: dict[str, Any] = {kind: 1000 * statistics.median(times[kind]) for kind in KINDS}
+    if device.type != "cpu":  # a CPU process has one peak resident size: see measure_memory
+        found.update({f"{kind} bytes": peak[kind] for kind in KINDS})
+    return found
+
+
+def measure_memory(point: dict[str, Any]) -> dict[str, Any]:
+    """Peak resident size of one layer's steps in a process of its own (CPU), above the inputs."""
+    device = torch.device(point["device"])
+    step = make_step(make_layer(point["kind"], point).to(device), point)
+    baseline = reset_peak_memory(device)
+    step()
+    step()
+    return {"bytes": peak_memory(device, baseline)}
+
+
+def measure_point(point: dict[str, Any]) -> dict[str, Any]:
+    return measure_speed(point) if point["measure"] == "speed" else measure_memory(point)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--point", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--ks", default="20,50,100,200,500,1000,1500")
+    parser.add_argument("--ks", default="20,50,100,200,500,1000,2000")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--write-readme", action="store_true")
@@ -78,22 +115,27 @@ def main() -> None:
     device = torch.device(args.device)
     rows = []
     for k in (int(k) for k in args.ks.split(",")):
-        found = {}
-        for kind in ("softmax", "primal"):
-            point = {"device": args.device, "kind": kind, "k": k, "batch": args.batch,
-                     "embed_dim": 256, "n_head": 4, "rank": 64, "repeats": args.repeats}  # fmt: skip
-            found[kind] = run_isolated(__file__, point)
-            print(k, kind, found[kind], flush=True)
-        soft, primal = found["softmax"], found["primal"]
-        if "error" in soft or "error" in primal:
-            rows.append(
-                f"| {k} | {3 * k} | {soft.get('error', '')} | {primal.get('error', '')} |||||"
-            )
+        point = {"device": args.device, "k": k, "batch": args.batch, "embed_dim": 256,
+                 "n_head": 4, "rank": 64, "repeats": args.repeats}  # fmt: skip
+        found = run_isolated(__file__, {**point, "measure": "speed"})
+        for kind in KINDS:
+            if "error" not in found and f"{kind} bytes" not in found:  # CPU: a fresh process each
+                memory = run_isolated(__file__, {**point, "measure": "memory", "kind": kind})
+                found[f"{kind} bytes"] = memory.get("bytes", memory.get("error"))
+        print(k, found, flush=True)
+        if "error" in found:
+            rows.append(f"| {k} | {3 * k} | {found['error']} |||||")
             continue
+        soft, primal = found["softmax"], found["primal"]
+        soft_bytes, primal_bytes = found["softmax bytes"], found["primal bytes"]
+        memory_ratio = (
+            f"{soft_bytes / max(primal_bytes, 1):.1f}x"
+            if isinstance(soft_bytes, int) and isinstance(primal_bytes, int)
+            else ""
+        )
         rows.append(
-            f"| {k} | {3 * k} | {soft['ms']:.1f} | {primal['ms']:.1f} | "
-            f"{soft['ms'] / primal['ms']:.1f}x | {soft['bytes'] / 2**20:.0f} | "
-            f"{primal['bytes'] / 2**20:.0f} | {soft['bytes'] / max(primal['bytes'], 1):.1f}x |"
+            f"| {k} | {3 * k} | {soft:.1f} | {primal:.1f} | {soft / primal:.1f}x "
+            f"| {mebibytes(soft_bytes)} | {mebibytes(primal_bytes)} | {memory_ratio} |"
         )
     caption = (
         f"One attention layer, forward + backward, batch {args.batch}, embed 256, 4 heads, "

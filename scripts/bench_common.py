@@ -59,3 +59,8 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"CPU, {os.cpu_count()} cores ({platform.machine()}), {torch.get_num_threads()} threads"
+
+
+def mebibytes(value: int | str) -> str:
+    """A byte count as MiB for a table, or the error that stood in for it."""
+    return f"{value / 2**20:.0f}" if isinstance(value, int) else str(value)

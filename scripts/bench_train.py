@@ -23,7 +23,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from bench_common import device_name, peak_memory, reset_peak_memory, run_isolated, synchronize
+from bench_common import (
+    device_name,
+    mebibytes,
+    peak_memory,
+    reset_peak_memory,
+    run_isolated,
+    synchronize,
+)
 from readme_table import publish
 
 from primal_dt.config import COMPILE_MODES, load_config, named_config_path
@@ -174,10 +181,6 @@ def main() -> None:
         "| Primal-DT MiB |\n|---|---|---:|---:|---:|---:|---:|"
     )
     publish(f"bench_train_{device.type}", caption, header, rows, args.write_readme)
-
-
-def mebibytes(value: int | str) -> str:
-    return f"{value / 2**20:.0f}" if isinstance(value, int) else str(value)
 
 
 if __name__ == "__main__":
