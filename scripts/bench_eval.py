@@ -10,7 +10,10 @@ Without --ckpt each policy is an untrained Decision Transformer of the given con
 HalfCheetah-v5: speed does not depend on the weights, and HalfCheetah episodes always last 1000
 steps, so every evaluator does the same work per step. The sequential loop runs the first
 --sequential-episodes of the same episodes (its rate per step does not depend on how many), and
-every evaluator's returns are checked against it.
+every evaluator's returns on those episodes are compared with it: the table gives the largest
+relative difference. (They are not bit-identical: a batched model call sums in another order
+than a batch of one, and 1000 chaotic HalfCheetah steps grow float32 rounding into fractions of
+a percent. tests/test_evaluation.py checks the two equal on short episodes.)
 """
 
 from __future__ import annotations
@@ -84,11 +87,12 @@ def measure(label: str, policy: Policy, setup: EnvSetup, args: argparse.Namespac
         if reference is None:
             reference, base_rate = returns, rate
         n = len(reference)
-        same = np.allclose(returns[:n], reference, rtol=1e-4, atol=1e-3)
-        print(f"{label}, {name}: {lengths.sum()} steps in {seconds:.1f} s, same returns: {same}")
+        difference = np.max(np.abs(returns[:n] - reference) / np.abs(reference))
+        print(f"{label}, {name}: {lengths.sum()} steps in {seconds:.1f} s, returns differ by "
+              f"{difference:.2%} at most")  # fmt: skip
         rows.append(
             f"| {label} | {name} | {len(subset)} | {seconds:.1f} | {rate:.0f} "
-            f"| {rate / base_rate:.1f}x | {'yes' if same else 'NO'} |"
+            f"| {rate / base_rate:.1f}x | {difference:.2%} |"
         )
     return rows
 
@@ -124,8 +128,8 @@ def main() -> None:
         f"{args.sequential_episodes} of them:"
     )
     header = (
-        "| model | evaluator | episodes | seconds | env steps / s | speed-up | same returns |"
-        "\n|---|---|---:|---:|---:|---:|---|"
+        "| model | evaluator | episodes | seconds | env steps / s | speed-up "
+        "| return difference |\n|---|---|---:|---:|---:|---:|---:|"
     )
     publish(f"bench_eval_{device.type}", caption, header, rows, args.write_readme)
 
