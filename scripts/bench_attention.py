@@ -2,7 +2,7 @@
 length, causal softmax attention (through scaled_dot_product_attention) against masked
 Primal-Attention, at the Primal paper's width (embed 256, 4 heads, rank 64).
 
-    python scripts/bench_attention.py                         # CPU, K = 20 ... 1000 timesteps
+    python scripts/bench_attention.py                         # CPU, K = 20 ... 2000 timesteps
     python scripts/bench_attention.py --device cuda --write-readme
 
 A DT window of K timesteps is 3K tokens, left-padded like training batches (a quarter of them

@@ -1,8 +1,8 @@
 """The attention layers against slow references written straight from DESIGN.md sections 1 and 2.
 
 Each reference is a plain per-batch, per-head, per-position Python loop over the formulas, so the
-vectorised layers (cumulative sums, batched products, hand-written backward passes, SDPA) are checked against an independent computation.
-Also checked: causality, independence from padded tokens, no NaN with left padding, and that a
+vectorised layers (cumulative sums, batched products, hand-written backward passes, SDPA) are
+checked against an independent computation, gradients included. Also checked: causality, independence from padded tokens, no NaN with left padding, and that a
 Primal block never materialises an L x L tensor.
 """
 
