@@ -2,8 +2,9 @@
 
 Each reference is a plain per-batch, per-head, per-position Python loop over the formulas, so the
 vectorised layers (cumulative sums, batched products, hand-written backward passes, SDPA) are
-checked against an independent computation, gradients included. Also checked: causality, independence from padded tokens, no NaN with left padding, and that a
-Primal block never materialises an L x L tensor.
+checked against an independent computation, gradients included. Also checked: causality,
+independence from padded tokens, no NaN with left padding, and that a Primal block never
+materialises an L x L tensor.
 """
 
 from __future__ import annotations
