@@ -1,6 +1,7 @@
 """Benchmark: one attention layer's forward + backward time and peak memory against context
 length, causal softmax attention (through scaled_dot_product_attention) against masked
-Primal-Attention, at the Primal paper's width (embed 256, 4 heads, rank 64).
+Primal-Attention, at the widths of the Primal paper's model (embed 256, 4 heads, rank 64) and
+the DT paper's (embed 128, 1 head, Primal rank 32, the default).
 
     python scripts/bench_attention.py                         # CPU, K = 20 ... 2000 timesteps
     python scripts/bench_attention.py --device cuda --write-readme
@@ -34,6 +35,10 @@ from readme_table import publish
 from primal_dt.attention import CausalSelfAttention, PrimalAttention
 
 KINDS = ("softmax", "primal")
+WIDTHS = {  # label -> (embed_dim, n_head, Primal rank): the two papers' models (configs/)
+    "Primal paper (embed 256, 4 heads, rank 64)": (256, 4, 64),
+    "DT paper (embed 128, 1 head, rank 32)": (128, 1, 32),
+}
 
 
 def make_layer(kind: str, point: dict[str, Any]) -> torch.nn.Module:
@@ -100,6 +105,30 @@ def measure_point(point: dict[str, Any]) -> dict[str, Any]:
     return measure_speed(point) if point["measure"] == "speed" else measure_memory(point)
 
 
+def table_row(point: dict[str, Any]) -> str:
+    """Measure both layers at one point; the row from the K column on."""
+    k = point["k"]
+    found = run_isolated(__file__, {**point, "measure": "speed"})
+    for kind in KINDS:
+        if "error" not in found and f"{kind} bytes" not in found:  # CPU: a fresh process each
+            memory = run_isolated(__file__, {**point, "measure": "memory", "kind": kind})
+            found[f"{kind} bytes"] = memory.get("bytes", memory.get("error"))
+    print(point["embed_dim"], k, found, flush=True)
+    if "error" in found:
+        return f"| {k} | {3 * k} | {found['error']} |||||"
+    soft, primal = found["softmax"], found["primal"]
+    soft_bytes, primal_bytes = found["softmax bytes"], found["primal bytes"]
+    memory_ratio = (
+        f"{soft_bytes / max(primal_bytes, 1):.1f}x"
+        if isinstance(soft_bytes, int) and isinstance(primal_bytes, int)
+        else ""
+    )
+    return (
+        f"| {k} | {3 * k} | {soft:.1f} | {primal:.1f} | {soft / primal:.1f}x "
+        f"| {mebibytes(soft_bytes)} | {mebibytes(primal_bytes)} | {memory_ratio} |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--point", help=argparse.SUPPRESS)
@@ -114,39 +143,20 @@ def main() -> None:
         return
     device = torch.device(args.device)
     rows = []
-    for k in (int(k) for k in args.ks.split(",")):
-        point = {"device": args.device, "k": k, "batch": args.batch, "embed_dim": 256,
-                 "n_head": 4, "rank": 64, "repeats": args.repeats}  # fmt: skip
-        found = run_isolated(__file__, {**point, "measure": "speed"})
-        for kind in KINDS:
-            if "error" not in found and f"{kind} bytes" not in found:  # CPU: a fresh process each
-                memory = run_isolated(__file__, {**point, "measure": "memory", "kind": kind})
-                found[f"{kind} bytes"] = memory.get("bytes", memory.get("error"))
-        print(k, found, flush=True)
-        if "error" in found:
-            rows.append(f"| {k} | {3 * k} | {found['error']} |||||")
-            continue
-        soft, primal = found["softmax"], found["primal"]
-        soft_bytes, primal_bytes = found["softmax bytes"], found["primal bytes"]
-        memory_ratio = (
-            f"{soft_bytes / max(primal_bytes, 1):.1f}x"
-            if isinstance(soft_bytes, int) and isinstance(primal_bytes, int)
-            else ""
-        )
-        rows.append(
-            f"| {k} | {3 * k} | {soft:.1f} | {primal:.1f} | {soft / primal:.1f}x "
-            f"| {mebibytes(soft_bytes)} | {mebibytes(primal_bytes)} | {memory_ratio} |"
-        )
+    for width, (dim, heads, rank) in WIDTHS.items():
+        for k in (int(k) for k in args.ks.split(",")):
+            point = {"device": args.device, "k": k, "batch": args.batch, "embed_dim": dim,
+                     "n_head": heads, "rank": rank, "repeats": args.repeats}  # fmt: skip
+            rows.append(f"| {width} " + table_row(point))
     caption = (
-        f"One attention layer, forward + backward, batch {args.batch}, embed 256, 4 heads, "
-        f"Primal rank 64, on {device_name(device)}, torch {torch.__version__} "
-        f"(median of {args.repeats}; peak memory above the inputs"
+        f"One attention layer, forward + backward, batch {args.batch}, on {device_name(device)}, "
+        f"torch {torch.__version__} (median of {args.repeats}; peak memory above the inputs"
         + (", process peak resident size on CPU" if device.type == "cpu" else "")
         + "):"
     )
     header = (
-        "| K (timesteps) | tokens | softmax ms | Primal ms | Primal speed-up | softmax MiB "
-        "| Primal MiB | memory ratio |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| width | K (timesteps) | tokens | softmax ms | Primal ms | Primal speed-up | softmax MiB "
+        "| Primal MiB | memory ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
     publish(f"bench_attention_{device.type}", caption, header, rows, args.write_readme)
 
