@@ -17,18 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from bench_common import (
     device_name,
+    measure_side_by_side,
     mebibytes,
     peak_memory,
     reset_peak_memory,
-    run_isolated,
-    synchronize,
+    time_alternately,
 )
 from readme_table import publish
 
@@ -72,23 +71,10 @@ def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
     CUDA also each layer's peak memory above the inputs and weights."""
     device = torch.device(point["device"])
     steps = {kind: make_step(make_layer(kind, point).to(device), point) for kind in KINDS}
-    times: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    peak = dict.fromkeys(KINDS, 0)
-    for kind in KINDS:
-        steps[kind]()  # warm-up, kernels chosen
-    for _ in range(point["repeats"]):
-        for kind in KINDS:
-            baseline = reset_peak_memory(device)
-            synchronize(device)
-            start = time.perf_counter()
-            steps[kind]()
-            synchronize(device)
-            times[kind].append(time.perf_counter() - start)
-            peak[kind] = max(peak[kind], peak_memory(device, baseline))
-    found: dict[str, Any] = {kind: 1000 * statistics.median(times[kind]) for kind in KINDS}
-    if device.type != "cpu":  # a CPU process has one peak resident size: see measure_memory
-        found.update({f"{kind} bytes": peak[kind] for kind in KINDS})
-    return found
+    for step in steps.values():
+        step()  # warm-up, kernels chosen
+    seconds, memory = time_alternately(steps, point["repeats"], device)
+    return {**{kind: 1000 * statistics.median(seconds[kind]) for kind in KINDS}, **memory}
 
 
 def measure_memory(point: dict[str, Any]) -> dict[str, Any]:
@@ -108,11 +94,7 @@ def measure_point(point: dict[str, Any]) -> dict[str, Any]:
 def table_row(point: dict[str, Any]) -> str:
     """Measure both layers at one point; the row from the K column on."""
     k = point["k"]
-    found = run_isolated(__file__, {**point, "measure": "speed"})
-    for kind in KINDS:
-        if "error" not in found and f"{kind} bytes" not in found:  # CPU: a fresh process each
-            memory = run_isolated(__file__, {**point, "measure": "memory", "kind": kind})
-            found[f"{kind} bytes"] = memory.get("bytes", memory.get("error"))
+    found = measure_side_by_side(__file__, point, {kind: {"kind": kind} for kind in KINDS})
     print(point["embed_dim"], k, found, flush=True)
     if "error" in found:
         return f"| {k} | {3 * k} | {found['error']} |||||"

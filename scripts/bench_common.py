@@ -9,6 +9,8 @@ import platform
 import resource
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,6 +28,43 @@ def run_isolated(script: str, point: dict[str, Any]) -> dict[str, Any]:
         reason = lines[-1] if lines else f"exit code {result.returncode}"
         return {"error": reason}
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def time_alternately(
+    runs: dict[str, Callable[[], None]], rounds: int, device: torch.device
+) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Time each run once per round, the runs taking turns, so that a machine that slows down or
+    speeds up affects all alike. Returns each run's seconds per round and, on CUDA, its peak
+    memory above everything resident as "NAME bytes" (on CPU a process has one peak resident
+    size: measure that per run in a fresh process, see measure_side_by_side)."""
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    peak = dict.fromkeys(runs, 0)
+    for _ in range(rounds):
+        for name, run in runs.items():
+            baseline = reset_peak_memory(device)
+            synchronize(device)
+            start = time.perf_counter()
+            run()
+            synchronize(device)
+            seconds[name].append(time.perf_counter() - start)
+            peak[name] = max(peak[name], peak_memory(device, baseline))
+    memory = {f"{name} bytes": peak[name] for name in runs} if device.type != "cpu" else {}
+    return seconds, memory
+
+
+def measure_side_by_side(
+    script: str, point: dict[str, Any], memory_points: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """Run `script`'s speed measurement of several models at `point` in one fresh process; where
+    it could not count memory per model (CPU: a process has one peak resident size), add each
+    model's "NAME bytes" from a fresh process of its own, with memory_points[NAME] added to point.
+    """
+    found = run_isolated(script, {**point, "measure": "speed"})
+    for name, extra in memory_points.items():
+        if "error" not in found and f"{name} bytes" not in found:
+            memory = run_isolated(script, {**point, "measure": "memory", **extra})
+            found[f"{name} bytes"] = memory.get("bytes", memory.get("error"))
+    return found
 
 
 def reset_peak_memory(device: torch.device) -> int:

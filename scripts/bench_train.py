@@ -16,9 +16,9 @@ only one peak resident size).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,11 @@ import numpy as np
 import torch
 from bench_common import (
     device_name,
+    measure_side_by_side,
     mebibytes,
     peak_memory,
     reset_peak_memory,
-    run_isolated,
-    synchronize,
+    time_alternately,
 )
 from readme_table import publish
 
@@ -79,20 +79,16 @@ def make_trainer(point: dict[str, Any], primal_blocks: str, run_dir: Path) -> Tr
     return Trainer.create(config, synthetic_data(), run_dir)
 
 
-def run_steps(trainer: Trainer, steps: int) -> float:
-    """Seconds for `steps` training steps, the device synchronised at both ends."""
+def run_steps(trainer: Trainer, steps: int) -> None:
     batch_size = trainer.config.train.batch_size
-    synchronize(trainer.device)
-    start = time.perf_counter()
     for _ in range(steps):
         trainer.train_step(trainer.sampler.sample(batch_size))
-    synchronize(trainer.device)
-    return time.perf_counter() - start
 
 
 def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
     """Steps per second of every model, timed in alternating rounds within this process. On CUDA
     also each model's peak memory above everything resident (both models, optimizers, data)."""
+    per_round = max(1, point["steps"] // point["rounds"])
     with tempfile.TemporaryDirectory() as run_dir:
         trainers = {
             name: make_trainer(point, blocks, Path(run_dir) / name)
@@ -100,18 +96,13 @@ def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
         }
         for trainer in trainers.values():
             run_steps(trainer, point["warmup"])  # compile, kernel choice, allocator warm-up
-        seconds = dict.fromkeys(trainers, 0.0)
-        peak = dict.fromkeys(trainers, 0)
-        per_round = max(1, point["steps"] // point["rounds"])
-        for _ in range(point["rounds"]):
-            for name, trainer in trainers.items():
-                baseline = reset_peak_memory(trainer.device)
-                seconds[name] += run_steps(trainer, per_round)
-                peak[name] = max(peak[name], peak_memory(trainer.device, baseline))
-    found: dict[str, Any] = {name: per_round * point["rounds"] / seconds[name] for name in trainers}
-    if point["device"] != "cpu":  # a CPU process has one peak resident size: see measure_memory
-        found.update({f"{name} bytes": peak[name] for name in trainers})
-    return found
+        runs = {
+            name: functools.partial(run_steps, trainer, per_round)
+            for name, trainer in trainers.items()
+        }
+        device = torch.device(point["device"])
+        seconds, memory = time_alternately(runs, point["rounds"], device)
+    return {**{name: per_round * point["rounds"] / sum(seconds[name]) for name in runs}, **memory}
 
 
 def measure_memory(point: dict[str, Any]) -> dict[str, Any]:
@@ -152,14 +143,10 @@ def main() -> None:
         for compiled in (None, args.compile) if args.compile else (None,):
             point = {"config": config, "device": args.device, "compile": compiled,
                      "warmup": 30 if compiled else 10}  # fmt: skip
-            found = run_isolated(__file__, {**point, "measure": "speed", "steps": steps,
-                                            "rounds": args.rounds})  # fmt: skip
-            for name, blocks in MODELS.items():
-                if "error" not in found and f"{name} bytes" not in found:  # CPU: a fresh process
-                    memory = run_isolated(
-                        __file__, {**point, "measure": "memory", "primal_blocks": blocks}
-                    )
-                    found[f"{name} bytes"] = memory.get("bytes", memory.get("error"))
+            found = measure_side_by_side(
+                __file__, {**point, "steps": steps, "rounds": args.rounds},
+                {name: {"primal_blocks": blocks} for name, blocks in MODELS.items()},
+            )  # fmt: skip
             mode = f"torch.compile ({compiled})" if compiled else "eager"
             print(label, mode, found, flush=True)
             if "error" in found:
