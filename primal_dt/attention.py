@@ -1,19 +1,47 @@
 """Causal softmax attention, the masked (causal) Primal-Attention, and the KSVD loss.
 
-Both attention layers take tokens x (B, L, D) and a padding mask (B, L), true for real tokens,
-and guarantee that a real token's output depends only on real tokens at or before it. With
-last_only=True they return the output of the last token alone (B, 1, D), which is all that acting
-needs: the same numbers, without the work for the other positions' outputs.
+This docstring is the specification that the code and its tests follow; the README's method section
+states the same steps. Equation numbers are those of Chen, Tao, Tonin and Suykens, "Primal-Attention:
+Self-attention through Asymmetric Kernel SVD in Primal Representation" (NeurIPS 2023, arXiv
+2305.19798).
 
-Primal-Attention is the asymmetric-kernel-SVD attention of Chen, Tao, Tonin and Suykens
-(NeurIPS 2023, arXiv 2305.19798), in its causal form for the Decision Transformer: queries and
-keys are replaced by their running means over the prefix, mapped to the unit sphere and projected
-onto s left (We) and s right (Wr) singular directions per head. It costs O(L) in the sequence
-length: prefix means are cumulative sums, and no L x L tensor exists anywhere.
+Both layers take tokens x (B, L, D) and a padding mask m (B, L), 1 for real tokens, and guarantee
+that a real token's output depends only on real tokens at or before it. With last_only=True they
+return the output of the last token alone (B, 1, D), which is all that acting needs.
 
-One deliberate departure from the public code: there the running mean divides by the position
-index and includes padded tokens, so left padding leaks zeros into every mean. Here the means run
-over the real tokens of the prefix only, which makes outputs independent of padding.
+Masked Primal-Attention, H heads of size d = D/H, rank s:
+  P1. q = x Wq + bq, k = x Wk + bk, split into heads (B, H, L, d). No value projection: the
+      kernel of Eq. (2) is evaluated through the features of q and k alone.
+  P2. Causal ("masked") means over the real tokens of each prefix:
+      q_bar_i = sum_{j<=i} m_j q_j / max(1, sum_{j<=i} m_j), and k_bar likewise.
+  P3. Feature map phi(v) = v / ||v||_2 per head vector (the paper's cosine-similarity kernel).
+  P4. Scores, the primal representation of Eq. (8) with data-independent weights:
+      e_i = phi(q_bar_i) We[h], r_i = phi(k_bar_i) Wr[h]; We, Wr (H, d, s), orthogonal per head.
+  P5. Output o_i = W_o [e_i; r_i] (the paper's Algorithm 1): a Linear(2s -> d) shared by the heads,
+      heads merged to (B, L, D), an output projection Linear(D -> D), residual dropout.
+  P6. Lambda (H, s), learned, enters only the KSVD loss.
+  Cost O(B H L d s): prefix means are cumulative sums, and no L x L tensor exists anywhere.
+
+KSVD loss, per Primal layer and per sequence b, over its real tokens R_b:
+  K1. J_b = 1/2 mean_{h, i in R_b} ||Lambda_h * e_hi||^2 + 1/2 mean_{h, i in R_b} ||Lambda_h * r_hi||^2
+            - mean_h Tr(We[h]^T Wr[h]),
+      the objective of the primal KSVD problem, Eq. (6), averaged over heads and tokens.
+  K2. The layer's loss is mean_b(J_b^2), the model's the mean over its Primal layers, and training
+      minimises action MSE + eta * KSVD (Eq. (10), eta = 0.05). By Lemma 4.2 the stationary
+      solution of the KSVD problem has J = 0, so driving J^2 to zero imposes it (and a low-rank
+      attention output) without computing any decomposition.
+
+How the authors' public code (PrimalAttention_RL) differs, and what this project does instead:
+- Its pipeline right-pads training windows and does not pad at evaluation, so its running mean
+  (a cumulative sum divided by the position index, with the mask ignored) never mixes padding into
+  a real token: its real-token outputs are clean. primal-dt left-pads, as the DT paper's code does,
+  so P2 masks the means; the outputs are then independent of padding on either side.
+- Its KSVD objective averages the e and r energies over all 3K positions, padded ones included.
+  K1 counts real tokens only, so padding changes neither J nor its gradients.
+- Its orthogonal_ on the whole (H, d, s) tensor makes We orthonormal across heads; here each
+  head's matrix is orthogonal.
+- The paper writes the energies with Lambda (e^T Lambda e); the public code and K1 square it
+  (||Lambda * e||^2), which keeps them non-negative whatever Lambda's sign.
 """
 
 from __future__ import annotations
@@ -120,7 +148,7 @@ class MaskedEnergy(torch.autograd.Function):
 
 
 class PrimalAttention(nn.Module):
-    """Masked (causal) Primal-Attention, DESIGN.md section 1.
+    """Masked (causal) Primal-Attention, steps P1-P6 of the module docstring.
 
     forward returns the layer output (B, L, D) and the per-sequence KSVD objective J (B,), whose
     square the model averages into its KSVD loss.
@@ -151,10 +179,12 @@ class PrimalAttention(nn.Module):
         self.resid_dropout = nn.Dropout(dropout)
 
     def scores(self, x: Tensor, mask: Tensor, last_only: bool = False) -> Tensor:
-        """e and r of DESIGN.md section 1, steps 1-4, stacked: (B, L, H, 2, s), [..., 0, :] = e,
-        [..., 1, :] = r (L = 1 with last_only: the last token)."""
+        """e and r of steps P1-P4, stacked: (B, L, H, 2, s), [..., 0, :] = e, [..., 1, :] = r
+        (L = 1 with last_only: the last token)."""
         batch, length, dim = x.shape
         heads, head_dim = self.n_head, dim // self.n_head
+        # P2 before P1: the projections are affine, so the masked prefix mean of q (or k) is the
+        # projection of the masked prefix mean of x; one cumulative sum serves both.
         mean = masked_prefix_mean(x, mask).to(x.dtype)
         if last_only:
             mean, length = mean[:, -1:], 1
@@ -168,8 +198,10 @@ class PrimalAttention(nn.Module):
         bias = torch.stack(
             (self.query.bias.view(heads, head_dim), self.key.bias.view(heads, head_dim)), dim=1
         ).view(2 * dim)
+        # P1: q_bar and k_bar of every head from one product, laid out per head as (q_h, k_h).
         qk_mean = F.linear(mean, weight, bias).view(batch * length, 2 * heads, head_dim)
-        unit = UnitNormalize.apply(qk_mean)
+        unit = UnitNormalize.apply(qk_mean)  # P3: phi
+        # P4: e = phi(q_bar) We[h] and r = phi(k_bar) Wr[h], all heads in one batched product.
         projections = torch.stack((self.we, self.wr), dim=1).view(2 * heads, head_dim, -1)
         scores = torch.bmm(unit.transpose(0, 1), projections.to(unit.dtype)).transpose(0, 1)
         return scores.reshape(batch, length, heads, 2, -1)
@@ -181,7 +213,7 @@ class PrimalAttention(nn.Module):
         batch, _, dim = x.shape
         scores = self.scores(x, mask, last_only)
         length, heads, _, rank = scores.shape[1:]
-        # concat[e, r] per head, one Linear(2s -> d) shared across heads, heads merged.
+        # P5: [e; r] per head, one Linear(2s -> d) shared across heads, heads merged, projection.
         y = self.concat(scores.reshape(batch, length, heads, 2 * rank)).reshape(batch, length, dim)
         y = self.resid_dropout(self.proj(y))
         if last_only:
@@ -190,7 +222,7 @@ class PrimalAttention(nn.Module):
 
 
 def ksvd_objective(scores: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Tensor) -> Tensor:
-    """Per-sequence KSVD objective J (B,) over real tokens only, DESIGN.md section 2.
+    """Per-sequence KSVD objective J (B,) over real tokens only, step K1 of the module docstring.
 
     J = 1/2 mean_{h,i} ||lam_h * e_hi||^2 + 1/2 mean_{h,i} ||lam_h * r_hi||^2 - mean_h Tr(We_h^T Wr_h),
     with scores (B, L, H, 2, s) holding e and r as PrimalAttention.scores returns them. The two

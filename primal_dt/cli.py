@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from primal_dt.evaluate import format_table
+    from primal_dt.results import format_table
     from primal_dt.train import StopSignals
 
     with StopSignals() as stop:  # a signal while the data loads still ends with a checkpoint
@@ -25,12 +25,12 @@ def _train(args: argparse.Namespace) -> int:
         final = trainer.run(progress=not args.no_progress, stop=stop)
     if final is not None:
         print(format_table([final]))
-    print(f"checkpoint: {trainer.run_dir / 'ckpt.pt'}", file=sys.stderr)
+    print(f"checkpoint: {trainer.run_dir.checkpoint}", file=sys.stderr)
     return 0
 
 
 def _make_trainer(args: argparse.Namespace) -> Trainer:
-    from primal_dt.config import load_config, named_config_path
+    from primal_dt.config import load_config, named_config_path, option_overrides
     from primal_dt.errors import ConfigError
     from primal_dt.tasks import dataset_task, resolve_task
     from primal_dt.train import default_run_dir, resume_run, start_run
@@ -49,54 +49,42 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
         )
     task = resolve_task(args.env) if args.env else dataset_task(args.dataset)
     config_file = named_config_path(args.config or "primal-dt")
-    overrides = list(args.set or [])
-    for key, value in (("train.steps", args.steps), ("train.seed", args.seed),
-                       ("train.device", args.device),
-                       ("eval.final_episodes", args.final_episodes)):  # fmt: skip
-        if value is not None:
-            overrides.append(f"{key}={json.dumps(value)}")
-    if args.offline:
-        overrides.append("data.download=false")
-    if args.compile:
-        overrides.append("train.compile=true")
-    config = load_config(config_file, overrides, task=task.name)
+    options = option_overrides(
+        steps=args.steps, seed=args.seed, device=args.device, final_episodes=args.final_episodes,
+        offline=args.offline, compile=args.compile,
+    )  # fmt: skip
+    config = load_config(config_file, [*(args.set or []), *options], task=task.name)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(
         task.name, config_file.stem, config.train.seed
     )  # fmt: skip
-    return start_run(config, task, run_dir)
+    return start_run(config, task, run_dir, config_file.stem)
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from primal_dt.checkpoint import checkpoints_to_evaluate
-    from primal_dt.eval_service import EvalOptions, watch
-    from primal_dt.evaluate import evaluate_checkpoint, format_table
-    from primal_dt.train import resolve_device
+    from primal_dt.device import resolve_device
+    from primal_dt.eval_service import watch
+    from primal_dt.evaluate import EvalOptions, evaluate_checkpoint
+    from primal_dt.results import format_table
+    from primal_dt.run import checkpoints_to_evaluate
 
-    if args.episodes is not None and args.episodes <= 0:
-        raise PrimalDTError(f"--episodes must be > 0, got {args.episodes}")
-    if args.workers < 0:
-        raise PrimalDTError(f"--workers must be >= 0, got {args.workers}")
     if bool(args.ckpt) == bool(args.watch):
         raise PrimalDTError("give either --ckpt PATH [PATH ...] or --watch RUN_DIR")
+    options = EvalOptions(args.device, args.workers, args.episodes, args.seed, args.targets)
+    device = resolve_device(options.validate().device, "--device")
     if args.watch:
-        options = EvalOptions(args.device, args.workers, args.episodes, args.seed, args.targets)
-        resolve_device(args.device)  # a missing CUDA is an error now, not at the first checkpoint
         try:
-            watch(Path(args.watch), options)
+            watch(Path(args.watch), options, device)
         except KeyboardInterrupt:
             print("stopped watching", file=sys.stderr)
         return 0
-    device = resolve_device(args.device)
     paths = [p for given in args.ckpt for p in checkpoints_to_evaluate(given, args.all)]
     records = []
     for path in paths:
-        records.append(
-            evaluate_checkpoint(path, device, args.episodes, args.seed, args.targets, args.workers)
-        )
+        records.append(evaluate_checkpoint(path, options, device))
         if not args.json:
-            print(f"evaluated {path} in {records[-1]['seconds']:.1f} s", file=sys.stderr)
+            print(f"evaluated {path} in {records[-1].seconds:.1f} s", file=sys.stderr)
     if args.json:
-        print(json.dumps(records, indent=1))
+        print(json.dumps([record.to_dict() for record in records], indent=1))
     else:
         print(format_table(records))
     return 0
@@ -277,7 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, help="random seed (train.seed)")
     train.add_argument("--device", help="auto, cpu, cuda or cuda:N (train.device)")
     train.add_argument("--run-dir", metavar="DIR", help="where logs and checkpoints go")
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    train.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (or from its ckpt.pt)"
+    )
     train.add_argument("--offline", action="store_true", help="never download datasets")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument(

@@ -10,6 +10,8 @@ a message that names the key.
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import tomllib
 import types
 import typing
@@ -30,6 +32,8 @@ class ModelConfig:
     n_layer: int = 3
     n_head: int = 1
     dropout: float = 0.1
+    # K, the steps in a window. It stays under [model] although the sampler and the evaluator read it:
+    # a policy acts only with the window length it was trained on, so it belongs to the model.
     context_len: int = 20
     # Which blocks use Primal-Attention: "none" (plain DT), "last" (the paper), "all", or indices.
     primal_blocks: str | list[int] = "none"
@@ -98,7 +102,7 @@ class TrainConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
-        _check_device(self.device, "train.device")
+        check_device_name(self.device, "train.device")
         if self.compile_mode not in COMPILE_MODES:
             raise ConfigError(
                 f"train.compile_mode must be one of {', '.join(COMPILE_MODES)}, "
@@ -131,7 +135,7 @@ class EvalConfig:
             raise ConfigError(
                 f"eval.service must be one of {', '.join(EVAL_SERVICES)}, got {self.service!r}"
             )
-        _check_device(self.device, "eval.device")
+        check_device_name(self.device, "eval.device")
 
 
 @dataclass
@@ -167,8 +171,9 @@ def _positive(section: Any, prefix: str, *names: str) -> None:
             raise ConfigError(f"{prefix}.{name} must be > 0, got {value}")
 
 
-def _check_device(device: str, key: str) -> None:
-    if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
+def check_device_name(device: str, key: str) -> None:
+    """The forms a device setting may take (whether this machine has it is device.py's question)."""
+    if not (device in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", device)):
         raise ConfigError(f"{key} must be auto, cpu, cuda or cuda:N, got {device!r}")
 
 
@@ -250,6 +255,23 @@ def parse_override(text: str) -> tuple[str, Any]:
     except tomllib.TOMLDecodeError:
         value = raw
     return key, value
+
+
+def option_overrides(
+    *,
+    steps: int | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    final_episodes: int | None = None,
+    offline: bool = False,
+    compile: bool = False,
+) -> list[str]:
+    """The `train` options that stand for config keys, as --set overrides: the one mapping from
+    options to keys, used by `primal-dt train` and by each run of a sweep."""
+    values = {"train.steps": steps, "train.seed": seed, "train.device": device,
+              "eval.final_episodes": final_episodes,
+              "data.download": False if offline else None, "train.compile": compile or None}  # fmt: skip
+    return [f"{key}={json.dumps(value)}" for key, value in values.items() if value is not None]
 
 
 def nest(key: str, value: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ head's output), so a seed fixes every return.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -19,41 +18,31 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from primal_dt.checkpoint import load_checkpoint
-from primal_dt.config import config_from_dict
-from primal_dt.data import ReferenceScores
-from primal_dt.errors import CheckpointError, first_line
+from primal_dt.config import check_device_name
+from primal_dt.errors import CheckpointError, ConfigError
 from primal_dt.model import DecisionTransformer
+from primal_dt.results import EvalRecord, TargetSummary
+from primal_dt.run import Snapshot, TaskRecord, read_snapshot
 from primal_dt.tasks import make_env
 
 
-@dataclass
-class EnvSetup:
-    """How to build the evaluation environment and score it, as stored in checkpoints."""
+def make_vector(task: TaskRecord, num_envs: int, workers: int = 0) -> gym.vector.VectorEnv:
+    """num_envs copies of the task's environment, with resets left to the caller (rollout resets
+    each finished slot with the seed of its next episode).
 
-    env_id: str
-    env_kwargs: dict[str, Any]
-    max_episode_steps: int
-    eval_targets: tuple[float, ...]
-    reference: ReferenceScores | None
-
-    def make_vector(self, num_envs: int, workers: int = 0) -> gym.vector.VectorEnv:
-        """num_envs copies of the environment, with resets left to the caller (rollout resets
-        each finished slot with the seed of its next episode).
-
-        workers <= 1 steps them one after another in this process (SyncVectorEnv); workers > 1
-        puts each in its own process (AsyncVectorEnv) with at most `workers` stepping at once.
-        """
-        make = partial(make_env, self.env_id, self.max_episode_steps, **self.env_kwargs)
-        if workers > 1:
-            return gym.vector.AsyncVectorEnv(
-                [make] * num_envs,
-                autoreset_mode=gym.vector.AutoresetMode.DISABLED,
-                max_concurrency=workers,
-            )
-        return gym.vector.SyncVectorEnv(
-            [make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.DISABLED
+    workers <= 1 steps them one after another in this process (SyncVectorEnv); workers > 1 puts
+    each in its own process (AsyncVectorEnv) with at most `workers` stepping at once.
+    """
+    make = partial(make_env, task.env_id, task.max_episode_steps, **task.env_kwargs)
+    if workers > 1:
+        return gym.vector.AsyncVectorEnv(
+            [make] * num_envs,
+            autoreset_mode=gym.vector.AutoresetMode.DISABLED,
+            max_concurrency=workers,
         )
+    return gym.vector.SyncVectorEnv(
+        [make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.DISABLED
+    )
 
 
 @dataclass
@@ -78,19 +67,19 @@ class TargetResult:
     lengths: np.ndarray
     normalized: np.ndarray | None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> TargetSummary:
         def stat(values: np.ndarray | None, fn: Any) -> float | None:
             return None if values is None else float(fn(values))
 
-        return {
-            "target": self.target,
-            "return_mean": float(self.returns.mean()),
-            "return_std": float(self.returns.std()),
-            "normalized_mean": stat(self.normalized, np.mean),
-            "normalized_std": stat(self.normalized, np.std),
-            "length_mean": float(self.lengths.mean()),
-            "episodes": int(len(self.returns)),
-        }
+        return TargetSummary(
+            target=self.target,
+            return_mean=float(self.returns.mean()),
+            return_std=float(self.returns.std()),
+            normalized_mean=stat(self.normalized, np.mean),
+            normalized_std=stat(self.normalized, np.std),
+            length_mean=float(self.lengths.mean()),
+            episodes=int(len(self.returns)),
+        )
 
 
 @dataclass
@@ -105,7 +94,7 @@ class Job:
 @torch.inference_mode()
 def rollout(
     policy: Policy,
-    setup: EnvSetup,
+    task: TaskRecord,
     jobs: list[Job],
     num_envs: int | None = None,
     workers: int = 0,
@@ -122,7 +111,7 @@ def rollout(
     slots = min(len(jobs), num_envs or len(jobs))
     was_training = model.training
     model.eval()
-    envs = setup.make_vector(slots, workers)
+    envs = make_vector(task, slots, workers)
     try:
         obs, _ = envs.reset(seed=[job.seed for job in jobs[:slots]])
         job_of = np.arange(slots)  # the job each slot runs; -1 once there are none left
@@ -179,7 +168,7 @@ def rollout(
 
 @torch.inference_mode()
 def sequential_rollout(
-    policy: Policy, setup: EnvSetup, jobs: list[Job]
+    policy: Policy, task: TaskRecord, jobs: list[Job]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The reference implementations' evaluation: one episode after another, one model call per
     step with a batch of one. Kept as the baseline the vectorised rollout is checked and timed
@@ -187,7 +176,7 @@ def sequential_rollout(
     model, device, k = policy.model, policy.device, policy.context_len
     was_training = model.training
     model.eval()
-    env = make_env(setup.env_id, setup.max_episode_steps, **setup.env_kwargs)
+    env = make_env(task.env_id, task.max_episode_steps, **task.env_kwargs)
     low, high = env.action_space.low, env.action_space.high
     returns, lengths = np.zeros(len(jobs)), np.zeros(len(jobs), dtype=np.int64)
     try:
@@ -241,7 +230,7 @@ def make_jobs(targets: tuple[float, ...] | list[float], episodes: int, seed: int
 
 def evaluate(
     policy: Policy,
-    setup: EnvSetup,
+    task: TaskRecord,
     episodes: int,
     seed: int,
     targets: tuple[float, ...] | list[float] | None = None,
@@ -252,162 +241,94 @@ def evaluate(
 
     The episodes of all targets run together, so one model call serves every target.
     """
-    targets = tuple(targets or setup.eval_targets)
+    targets = tuple(targets or task.eval_targets)
     jobs = make_jobs(targets, episodes, seed)
-    returns, lengths = rollout(policy, setup, jobs, num_envs, workers)
+    returns, lengths = rollout(policy, task, jobs, num_envs, workers)
     results = []
     for index, target in enumerate(targets):
         ours = np.array([job.target_index == index for job in jobs])
-        normalized = setup.reference.normalize(returns[ours]) if setup.reference else None
+        normalized = task.reference.normalize(returns[ours]) if task.reference else None
         results.append(TargetResult(float(target), returns[ours], lengths[ours], normalized))
     return results
 
 
-def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str) -> DecisionTransformer:
-    """The checkpoint's model with its weights, on device. A checkpoint that does not fit raises
-    KeyError, TypeError, RuntimeError or ValueError (load_policy turns them into one line)."""
-    config = config_from_dict(ckpt["config"])
-    dims = ckpt["dims"]
-    model = DecisionTransformer(
-        config.model, dims["state_dim"], dims["act_dim"], dims["max_timestep"]
-    ).to(device)
-    model.load_state_dict(ckpt["model"])
-    return model
-
-
-def load_policy(path: str, device: torch.device) -> tuple[Policy, EnvSetup, dict[str, Any]]:
-    """Policy and environment from a checkpoint file or run directory; also the raw checkpoint."""
-    ckpt = load_checkpoint(path, map_location=device)
-    try:
-        model = model_from_checkpoint(ckpt, device)
-        task = ckpt["task"]
-        reference = task.get("reference")
-        setup = EnvSetup(
-            env_id=task["env_id"],
-            env_kwargs=dict(task["env_kwargs"]),
-            max_episode_steps=int(task["max_episode_steps"]),
-            eval_targets=tuple(task["eval_targets"]),
-            reference=ReferenceScores(**reference) if reference else None,
-        )
-    except (KeyError, TypeError, RuntimeError, ValueError) as err:
-        raise CheckpointError(
-            f"checkpoint {path} does not match this primal-dt: {first_line(err)}"
-        ) from None
-    check_env_matches(setup, model.state_dim, model.act_dim, f"checkpoint {path}")
-    policy = Policy(
-        model=model,
-        state_mean=ckpt["state_mean"].to(device),
-        state_std=ckpt["state_std"].to(device),
-        return_scale=float(ckpt["config"]["train"]["return_scale"]),
+def load_policy(snapshot: Snapshot, device: torch.device, what: str) -> Policy:
+    """The snapshot's policy on device, once its environment is known to fit the model."""
+    check_env_matches(snapshot.task, snapshot.state_dim, snapshot.act_dim, what)
+    return Policy(
+        model=snapshot.build_model(device),
+        state_mean=snapshot.state_mean.to(device),
+        state_std=snapshot.state_std.to(device),
+        return_scale=snapshot.config.train.return_scale,
         device=device,
     )
-    return policy, setup, ckpt
 
 
-def check_env_matches(setup: EnvSetup, state_dim: int, act_dim: int, what: str) -> None:
+def check_env_matches(task: TaskRecord, state_dim: int, act_dim: int, what: str) -> None:
     """A model for S states and A actions can only act in an environment with those sizes."""
     try:
-        env = make_env(setup.env_id, setup.max_episode_steps, **setup.env_kwargs)
+        env = make_env(task.env_id, task.max_episode_steps, **task.env_kwargs)
     except Exception as err:  # unknown id, bad kwargs, missing MuJoCo...
-        raise CheckpointError(
-            f"{what}: cannot make its environment {setup.env_id}: {err}"
-        ) from None
+        raise CheckpointError(f"{what}: cannot make its environment {task.env_id}: {err}") from None
     found = (env.observation_space.shape, env.action_space.shape)
     env.close()
     if found != ((state_dim,), (act_dim,)):
         raise CheckpointError(
             f"{what} is for states/actions of size {state_dim}/{act_dim}, but its environment "
-            f"{setup.env_id} has shapes {found[0]}/{found[1]}"
+            f"{task.env_id} has shapes {found[0]}/{found[1]}"
         )
 
 
-def evaluate_checkpoint(
-    path: str | Path,
-    device: torch.device,
-    episodes: int | None = None,
-    seed: int | None = None,
-    targets: list[float] | tuple[float, ...] | None = None,
-    workers: int = 0,
-) -> dict[str, Any]:
-    """Evaluate one checkpoint file; the record that eval.jsonl and `primal-dt eval` report.
+@dataclass
+class EvalOptions:
+    """How to evaluate; None means what the snapshot asks for (its request, the run's seed and
+    the task's targets), so re-evaluating a checkpoint repeats the numbers logged in training."""
 
-    Unless given, episodes come from the snapshot's request (see eval_service) or the run's
-    eval.episodes, and the seed is the run's train.seed, so re-evaluating a checkpoint in a fresh
-    process repeats the numbers logged during training.
-    """
+    device: str = "auto"
+    workers: int = 0
+    episodes: int | None = None
+    seed: int | None = None
+    targets: list[float] | None = None
+
+    def validate(self) -> EvalOptions:
+        if self.episodes is not None and self.episodes <= 0:
+            raise ConfigError(f"--episodes must be > 0, got {self.episodes}")
+        if self.workers < 0:
+            raise ConfigError(f"--workers must be >= 0, got {self.workers}")
+        check_device_name(self.device, "--device")
+        return self
+
+
+def evaluate_snapshot(
+    snapshot: Snapshot, policy: Policy, options: EvalOptions, checkpoint: str
+) -> EvalRecord:
+    """Evaluate a loaded snapshot's policy; the record eval.jsonl and `primal-dt eval` report, in
+    which the checkpoint is called `checkpoint`."""
     start = time.perf_counter()
-    policy, setup, ckpt = load_policy(str(path), device)
-    request = ckpt.get("eval", {})
-    episodes = episodes or request.get("episodes") or ckpt["config"]["eval"]["episodes"]
-    seed = ckpt["config"]["train"]["seed"] if seed is None else seed
-    results = evaluate(policy, setup, episodes, seed, targets, workers)
+    request = snapshot.eval_request()
+    episodes = options.episodes or request.episodes
+    seed = snapshot.config.train.seed if options.seed is None else options.seed
+    results = evaluate(policy, snapshot.task, episodes, seed, options.targets, options.workers)
     summaries = [r.summary() for r in results]
-    best = max(summaries, key=lambda s: s["return_mean"])
-    ref = setup.reference
-    return {
-        "step": int(ckpt["step"]),
-        "checkpoint": str(path),
-        "task": ckpt["task"]["name"],
-        "dataset_ids": list(ckpt["task"].get("dataset_ids", [])),
-        "env_id": setup.env_id,
-        "episodes": int(episodes),
-        "seed": int(seed),
-        "final": bool(request.get("final", False)),
-        "reference": None
-        if ref is None
-        else {"random": ref.random, "expert": ref.expert, "source": ref.source},
-        "results": summaries,
-        # The best target's normalised score (its return where there are no reference scores).
-        "score": best["normalized_mean"]
-        if best["normalized_mean"] is not None
-        else best["return_mean"],
-        "seconds": round(time.perf_counter() - start, 2),
-    }
+    best = max(summaries, key=lambda s: s.return_mean)
+    return EvalRecord(
+        step=snapshot.step,
+        checkpoint=checkpoint,
+        task=snapshot.task.name,
+        dataset_ids=list(snapshot.task.dataset_ids),
+        env_id=snapshot.task.env_id,
+        episodes=episodes,
+        seed=seed,
+        final=request.final,
+        reference=snapshot.task.reference,
+        results=summaries,
+        score=best.return_mean if best.normalized_mean is None else best.normalized_mean,
+        seconds=round(time.perf_counter() - start, 2),
+    )
 
 
-def _mean_std(mean: float | None, std: float | None) -> str:
-    if mean is None or std is None or not math.isfinite(mean):
-        return "n/a"
-    return f"{mean:.1f} ± {std:.1f}"
-
-
-def format_table(records: list[dict[str, Any]]) -> str:
-    """One table for evaluation records of any runs: a row per checkpoint and target, with the
-    reference scores each normalised score was computed from as numbered notes below it."""
-    header = ["checkpoint", "task", "step", "target", "return", "normalized", "episodes", "ref"]
-    rows, sources = [], []
-    for record in records:
-        ref = record["reference"]
-        note = "-"
-        if ref is not None:
-            text = f"random {ref['random']:.2f}, expert {ref['expert']:.2f}: {ref['source']}"
-            if text not in sources:
-                sources.append(text)
-            note = f"[{sources.index(text) + 1}]"
-        if "error" in record:
-            rows.append([record["checkpoint"], record.get("task", "?"), str(record["step"]),
-                         "-", "evaluation failed: " + record["error"], "", "", ""])  # fmt: skip
-            continue
-        for s in record["results"]:
-            rows.append([
-                record["checkpoint"], record["task"], str(record["step"]), f"{s['target']:.1f}",
-                _mean_std(s["return_mean"], s["return_std"]),
-                _mean_std(s["normalized_mean"], s["normalized_std"]), str(s["episodes"]), note,
-            ])  # fmt: skip
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    right = {"step", "target", "return", "normalized", "episodes"}
-    lines = [
-        "  ".join(
-            cell.rjust(width) if name in right else cell.ljust(width)
-            for name, cell, width in zip(header, row, widths, strict=True)
-        ).rstrip()
-        for row in [header, *rows]
-    ]
-    lines += [f"[{i}] reference scores: {text}" for i, text in enumerate(sources, 1)]
-    if any(record.get("reference", 0) is None for record in records):
-        lines.append("-: no reference scores known for this environment, no normalised score")
-    trained_on = {
-        (r["task"], " + ".join(r["dataset_ids"])) for r in records if r.get("dataset_ids")
-    }
-    lines += [f"{task} was trained on {ids}" for task, ids in sorted(trained_on)]
-    return "\n".join(lines)
+def evaluate_checkpoint(path: Path, options: EvalOptions, device: torch.device) -> EvalRecord:
+    """Read, load and evaluate one checkpoint file (`primal-dt eval --ckpt`)."""
+    snapshot = read_snapshot(path, map_location=device)
+    policy = load_policy(snapshot, device, f"checkpoint {path}")
+    return evaluate_snapshot(snapshot, policy, options, str(path))

@@ -1,9 +1,9 @@
 """`primal-dt report RUNS_DIR`: the paper's table and pictures from a directory of runs.
 
-Every run directory under RUNS_DIR (a folder with config.json) is read: eval.jsonl for scores,
-TensorBoard events for the KSVD loss, ckpt.pt for the dataset, reference scores and the attention
-spectrum. Runs are grouped by (task, config name); a run's config name is its directory's name up
-to `-s<seed>` (as `primal-dt sweep` and `train` name them). Per group, over seeds:
+Every run directory under RUNS_DIR (a folder with config.json) is read: config.json for the task,
+the config's name and its settings, eval.jsonl for scores, TensorBoard events for the KSVD loss,
+ckpt.pt for the dataset, reference scores and the attention spectrum. Runs are grouped by (task,
+config name). Per group, over seeds:
 
 - final: the score of the final evaluation (eval.final_episodes episodes per target);
 - best: the best score of any evaluation during training (a max over evaluations: optimistic).
@@ -16,7 +16,6 @@ Writes report.md, report.csv, curves_<task>.png and spectrum_<task>.png.
 from __future__ import annotations
 
 import csv
-import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -25,11 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from primal_dt.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from primal_dt.data import ReferenceScores
 from primal_dt.errors import PrimalDTError
-from primal_dt.eval_service import read_results
-
-RUN_NAME = re.compile(r"(?P<config>.+)-s(?P<seed>\d+)(-\d{8}-\d{6})?")
+from primal_dt.results import read_results
+from primal_dt.run import RunDir, find_runs, read_run_config, read_snapshot
 
 
 class ReportError(PrimalDTError):
@@ -62,72 +60,59 @@ class RunResult:
         return f"{self.task}/{self.config}-s{self.seed}"
 
 
-def _config_name(folder: str, config: dict[str, Any]) -> str:
-    match = RUN_NAME.fullmatch(folder)
-    if match:
-        return match["config"]
-    return "dt" if config["model"]["primal_blocks"] == "none" else "primal-dt"
-
-
-def _primal_blocks(model: dict[str, Any]) -> list[int]:
-    blocks, n = model["primal_blocks"], model["n_layer"]
-    if isinstance(blocks, list):
-        return sorted(set(blocks))
-    return {"none": [], "last": [n - 1], "all": list(range(n))}[blocks]
-
-
 def read_run(path: Path, spectra: bool = True) -> RunResult:
     """One run directory; whatever is missing or broken becomes a note."""
-    config = json.loads((path / "config.json").read_text())
+    run_dir = RunDir(path)
+    started = read_run_config(run_dir)
     run = RunResult(
         path=path,
-        task=config["task"],
-        config=_config_name(path.name, config),
-        seed=int(config["train"]["seed"]),
-        steps=int(config["train"]["steps"]),
-        primal_blocks=_primal_blocks(config["model"]),
+        task=started.task,
+        config=started.config_name,
+        seed=started.config.train.seed,
+        steps=started.config.train.steps,
+        primal_blocks=started.config.model.primal_indices(),
     )
-    records = read_results(path)
-    good = [r for r in records if "error" not in r]
+    records = read_results(run_dir)
+    good = [r for r in records if r.error is None]
     for record in records:
-        if "error" in record:
-            run.notes.append(f"evaluation at step {record['step']} failed: {record['error']}")
-    run.scores = [(r["step"], r["score"]) for r in good]
-    finals = [r for r in good if r.get("final")]
+        if record.error is not None:
+            run.notes.append(f"evaluation at step {record.step} failed: {record.error}")
+    run.scores = [(r.step, r.score) for r in good if r.score is not None]
+    finals = [r for r in good if r.final]
     if finals:
-        run.final = finals[-1]["score"]
+        run.final = finals[-1].score
     else:
         run.notes.append("no final evaluation")
     run.best = max((score for _, score in run.scores), default=None)
     if good:
-        last = good[-1]
-        run.normalized = last["reference"] is not None
-        run.reference = (last["reference"] or {}).get("source")
-        run.dataset_ids = list(last.get("dataset_ids", []))
+        _describe_task(run, good[-1].reference, good[-1].dataset_ids)
     run.ksvd = _scalars(path, "train/ksvd_loss")
-    if not (path / CHECKPOINT_NAME).exists():
+    if not run_dir.checkpoint.exists():
         run.notes.append("no checkpoint")
         return run
     try:
-        ckpt = load_checkpoint(path)
+        snapshot = read_snapshot(run_dir.checkpoint)
     except PrimalDTError as err:
         run.notes.append(str(err))
         return run
-    run.step = int(ckpt["step"])
-    if finals and finals[-1]["step"] != run.step:
-        run.notes.append(f"final evaluation at step {finals[-1]['step']}, checkpoint at {run.step}")
-    reference = ckpt["task"].get("reference")
-    run.normalized = reference is not None
-    run.reference = reference["source"] if reference else None
-    run.dataset_ids = list(ckpt["task"]["dataset_ids"])
+    run.step = snapshot.step
+    if finals and finals[-1].step != run.step:
+        run.notes.append(f"final evaluation at step {finals[-1].step}, checkpoint at {run.step}")
+    _describe_task(run, snapshot.task.reference, list(snapshot.task.dataset_ids))
     if spectra:
         from primal_dt.spectrum import checkpoint_spectra
 
         try:
-            run.spectra = checkpoint_spectra(path, ckpt)
+            run.spectra = checkpoint_spectra(run_dir, snapshot)
         except (PrimalDTError, OSError, RuntimeError, KeyError) as err:
             run.notes.append(f"no attention spectrum: {type(err).__name__}: {err}")
     return run
+
+
+def _describe_task(run: RunResult, reference: ReferenceScores | None, ids: list[str]) -> None:
+    run.normalized = reference is not None
+    run.reference = reference.source if reference else None
+    run.dataset_ids = list(ids)
 
 
 def _scalars(path: Path, tag: str) -> list[tuple[int, float]]:
@@ -146,22 +131,23 @@ def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> l
         raise ReportError(
             f"{runs_dir} is not a directory; give the folder a sweep wrote its runs to"
         )
-    folders = sorted(
-        p.parent
-        for p in runs_dir.rglob("config.json")
-        if skip is None or skip.resolve() not in p.resolve().parents
-    )
+    folders = [
+        path
+        for path in find_runs(runs_dir)
+        if skip is None or skip.resolve() not in [path.resolve(), *path.resolve().parents]
+    ]
     if not folders:
         raise ReportError(
-            f"no runs under {runs_dir} (no run directory with a config.json); train some with "
+            f"no runs under {runs_dir} (no run directory with a "
+            f"{RunDir(runs_dir).config_file.name}); train some with "
             f"primal-dt sweep --runs-dir {runs_dir} first"
         )
     runs = []
     for folder in folders:
         try:
             runs.append(read_run(folder, spectra))
-        except (OSError, KeyError, TypeError, ValueError) as err:  # not a primal-dt run after all
-            print(f"skipping {folder}: unreadable config.json ({err})", file=sys.stderr)
+        except PrimalDTError as err:  # not a primal-dt run after all
+            print(f"skipping {folder}: {err}", file=sys.stderr)
     return runs
 
 

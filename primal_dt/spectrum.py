@@ -15,21 +15,17 @@ They come from the training data: they are fixed, not held out.
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from primal_dt.checkpoint import atomic_write, load_checkpoint
-from primal_dt.config import config_from_dict
 from primal_dt.data import Batch, WindowSampler, load_task_data
-from primal_dt.evaluate import model_from_checkpoint
 from primal_dt.model import DecisionTransformer
+from primal_dt.run import RunDir, Snapshot, atomic_write
 from primal_dt.tasks import Task, env_for_gym_id
 
-WINDOWS_NAME = "spectrum_windows.pt"
 WINDOWS_SEED = 2305_19798  # the paper's arXiv number: any constant, the same for every run
 NUM_WINDOWS = 128
 
@@ -88,58 +84,57 @@ def attention_spectra(model: DecisionTransformer, windows: Batch) -> list[np.nda
     return [mean_cumulative_spectrum(outputs[i], token_mask).numpy() for i in sorted(outputs)]
 
 
-def make_windows(ckpt: dict[str, Any], count: int = NUM_WINDOWS) -> Batch:
-    """Fixed-seed windows of the checkpoint's dataset, normalised as its run normalises states."""
-    record = ckpt["task"]
-    task = Task(record["name"], tuple(record["dataset_ids"]), env_for_gym_id(record["env_id"]))
+def make_windows(snapshot: Snapshot, count: int = NUM_WINDOWS) -> Batch:
+    """Fixed-seed windows of the snapshot's dataset, normalised as its run normalises states."""
+    record = snapshot.task
+    task = Task(record.name, record.dataset_ids, env_for_gym_id(record.env_id))
     data = load_task_data(task, download=False)
-    config = ckpt["config"]
     sampler = WindowSampler(
         data.episodes,
-        ckpt["state_mean"].numpy(),
-        ckpt["state_std"].numpy(),
-        config["model"]["context_len"],
-        config["train"]["return_scale"],
+        snapshot.state_mean.cpu().numpy(),
+        snapshot.state_std.cpu().numpy(),
+        snapshot.config.model.context_len,
+        snapshot.config.train.return_scale,
         "cpu",
         seed=WINDOWS_SEED,
     )
     return sampler.sample(count)
 
 
-def run_windows(run_dir: Path, ckpt: dict[str, Any]) -> Batch:
+def run_windows(run: RunDir, snapshot: Snapshot) -> Batch:
     """RUN_DIR/spectrum_windows.pt; made from the dataset (and saved) the first time."""
-    path = run_dir / WINDOWS_NAME
+    path = run.spectrum_windows
     if path.exists():
         return Batch(**torch.load(path, weights_only=True))
-    windows = make_windows(ckpt)
+    windows = make_windows(snapshot)
     with contextlib.suppress(OSError):  # a read-only run directory: made again next time
         atomic_write(path, lambda file: torch.save(windows._asdict(), file))
     return windows
 
 
 def checkpoint_spectra(
-    run_dir: Path, ckpt: dict[str, Any], device: torch.device | str = "cpu"
+    run: RunDir, snapshot: Snapshot, model: DecisionTransformer | None = None
 ) -> list[np.ndarray]:
-    """The spectra of a checkpoint's blocks on its run's windows."""
-    model = model_from_checkpoint(ckpt, device).eval()
-    windows = Batch(*(t.to(device) for t in run_windows(run_dir, ckpt)))
+    """The spectra of a snapshot's blocks on its run's windows (with `model`, the snapshot's
+    model already built, on its device)."""
+    model = model or snapshot.build_model("cpu")
+    device = next(model.parameters()).device
+    windows = Batch(*(t.to(device) for t in run_windows(run, snapshot)))
     return attention_spectra(model, windows)
 
 
-def log_spectrum(
-    writer: Any, run_dir: Path, snapshot: Path, step: int, device: torch.device
-) -> None:
+def log_spectrum(writer: Any, run: RunDir, snapshot: Snapshot, model: DecisionTransformer) -> None:
     """For the evaluator: each block's spectrum of a snapshot as a TensorBoard image
     `spectrum/block_<i>`, and `spectrum/block_<i>/rank_90` (singular values for 90% of the sum)."""
     from primal_dt.plots import figure_image, spectrum_figure
 
-    ckpt = load_checkpoint(snapshot, map_location="cpu")
-    spectra = checkpoint_spectra(run_dir, ckpt, device)
-    primal = set(config_from_dict(ckpt["config"]).model.primal_indices())
+    step = snapshot.step
+    spectra = checkpoint_spectra(run, snapshot, model)
+    primal = set(snapshot.config.model.primal_indices())
     for i, curve in enumerate(spectra):
         writer.add_scalar(f"spectrum/block_{i}/rank_90", rank_at(curve), step)
     for i, curve in enumerate(spectra):
         kind = "Primal" if i in primal else "softmax"
-        title = f"{ckpt['task']['name']}, block {i} ({kind}), step {step}"
+        title = f"{snapshot.task.name}, block {i} ({kind}), step {step}"
         figure = spectrum_figure({f"step {step}": [curve]}, title, size=(4.0, 3.0))
         writer.add_image(f"spectrum/block_{i}", figure_image(figure), step, dataformats="HWC")

@@ -4,7 +4,10 @@ RUNS_DIR/<task>/<config>-s<seed>, each by its own `primal-dt train` subprocess.
 Up to --parallel runs train at once (the models are small, so several share one GPU); on a CPU
 each gets cores // parallel threads. A sweep started again skips finished runs, resumes
 interrupted ones from their checkpoint, and only evaluates runs whose training ended but whose
-final evaluation did not. With --ray ADDRESS the same commands are Ray tasks on an existing cluster,
+final evaluation did not. Every run is an ordinary `primal-dt train` command line: a start (--env, --config, --run-dir and
+the run's settings as --set overrides, from the same mapping the command line uses) or a
+`--resume`, which also finishes a run that only lacks its final evaluation. With --ray ADDRESS the
+same commands are Ray tasks on an existing cluster,
 each asking for a fraction of a GPU; RUNS_DIR must then be a folder every node sees.
 
 A run is finished when its ckpt.pt is at the configured steps and eval.jsonl has its final
@@ -14,7 +17,6 @@ run is reported with the last line of its log and the sweep exits non-zero once 
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
@@ -28,19 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from primal_dt.checkpoint import CHECKPOINT_NAME, REQUIRED_KEYS, load_checkpoint
-from primal_dt.config import Config, load_config, named_config_path
+from primal_dt.config import Config, load_config, named_config_path, option_overrides
 from primal_dt.errors import PrimalDTError, first_line
-from primal_dt.eval_service import (
-    EvalOptions,
-    Evaluator,
-    queue_snapshot,
-    queued_snapshots,
-    read_results,
-)
+from primal_dt.results import has_final, read_results
+from primal_dt.run import RunDir, find_runs, read_snapshot
 from primal_dt.tasks import resolve_task
 
-LOG_NAME = "train.log"
 # Settings that change how a run is executed, not what it computes: a sweep may differ in these
 # from the runs it finds (e.g. resumed on another device, or asked to go to more steps).
 MECHANICS = {
@@ -115,9 +110,10 @@ class Run:
     config: str  # the config's name (file stem), used in the directory name
     config_arg: str  # how to pass it to `primal-dt train --config`
     seed: int
-    run_dir: Path
+    run_dir: RunDir
     steps: int
-    action: str = "start"  # start | resume | evaluate | finished
+    overrides: list[str]  # the run's settings as --set overrides
+    action: str = "start"  # start | resume | evaluate (resume for the final evaluation) | finished
     from_step: int = 0
 
     @property
@@ -125,46 +121,39 @@ class Run:
         return f"{self.task}/{self.config}-s{self.seed}"
 
 
-def _difference(saved: dict[str, Any], wanted: dict[str, Any]) -> str | None:
+def _difference(saved: Config, wanted: Config) -> str | None:
     """The first setting (outside MECHANICS) where a saved run's config differs from the sweep's."""
-    for section, values in wanted.items():
-        if section == "task":
-            continue
-        if not isinstance(values, dict):
-            if saved.get(section) != values:
-                return f"{section} = {saved.get(section)!r} (the sweep asks for {values!r})"
+    old_values, new_values = saved.to_dict(), wanted.to_dict()
+    for section, values in new_values.items():
+        if not isinstance(values, dict) or section == "primal_rank_by_task":
+            if old_values[section] != values:
+                return f"{section} = {old_values[section]!r} (the sweep asks for {values!r})"
             continue
         for key, value in values.items():
-            if key in MECHANICS.get(section, ()):
-                continue
-            if saved.get(section, {}).get(key) != value:
-                old = saved.get(section, {}).get(key)
+            old = old_values[section][key]
+            if key not in MECHANICS.get(section, ()) and old != value:
                 return f"{section}.{key} = {old!r} (the sweep asks for {value!r})"
     return None
-
-
-def has_final(run_dir: Path, step: int) -> bool:
-    return any(r.get("final") and r["step"] >= step for r in read_results(run_dir))
 
 
 def inspect(run: Run, config: Config | None = None) -> Run:
     """Decide the run's action from what its directory holds; with config, also check that the
     run found there is the experiment the sweep asks for."""
-    path = run.run_dir / CHECKPOINT_NAME
-    if not path.exists():
+    if not run.run_dir.checkpoint.exists():
         run.action = "start"
         return run
-    ckpt = load_checkpoint(path)
-    differs = None if config is None else _difference(ckpt["config"], config.to_dict())
-    if differs is not None:
-        raise SweepError(
-            f"{run.run_dir} holds a run with {differs}; remove that directory or use another "
-            f"--runs-dir"
-        )
-    run.from_step = int(ckpt["step"])
+    snapshot = read_snapshot(run.run_dir.checkpoint)
+    if config is not None:
+        differs = _difference(snapshot.config, config)
+        if differs is not None:
+            raise SweepError(
+                f"{run.run_dir} holds a run with {differs}; remove that directory or use another "
+                f"--runs-dir"
+            )
+    run.from_step = snapshot.step
     if run.from_step < run.steps:
         run.action = "resume"
-    elif ckpt["config"]["eval"]["final_episodes"] == 0 or has_final(run.run_dir, run.from_step):
+    elif snapshot.config.eval.final_episodes == 0 or has_final(run.run_dir, run.from_step):
         run.action = "finished"
     else:
         run.action = "evaluate"
@@ -187,42 +176,24 @@ def plan(options: SweepOptions) -> list[Run]:
     for seed in options.seeds:
         for task in options.tasks:
             for name, (path, arg) in configs.items():
-                config = load_config(path, [*options.overrides, *_settings(options, seed)], task)
-                run_dir = options.runs_dir.resolve() / task / f"{name}-s{seed}"
-                runs.append(
-                    inspect(Run(task, name, arg, seed, run_dir, config.train.steps), config)
-                )
+                overrides = [*options.overrides, *option_overrides(
+                    steps=options.steps, seed=seed, device=options.device, offline=options.offline
+                )]  # fmt: skip
+                config = load_config(path, overrides, task)
+                run_dir = RunDir(options.runs_dir.resolve() / task / f"{name}-s{seed}")
+                run = Run(task, name, arg, seed, run_dir, config.train.steps, overrides)
+                runs.append(inspect(run, config))
     return runs
 
 
-def _settings(options: SweepOptions, seed: int) -> list[str]:
-    settings = [f"train.seed={seed}"]
-    if options.steps is not None:
-        settings.append(f"train.steps={options.steps}")
-    if options.device is not None:
-        settings.append(f'train.device="{options.device}"')
-    if options.offline:
-        settings.append("data.download=false")
-    return settings
-
-
 def command(run: Run, options: SweepOptions) -> list[str]:
-    """The subprocess that does the run's action."""
-    if run.action == "evaluate":
-        return [sys.executable, "-m", "primal_dt.sweep", str(run.run_dir),
-                "--device", options.device or "auto"]  # fmt: skip
+    """The `primal-dt train` command line that does the run's action."""
     train = [sys.executable, "-m", "primal_dt.cli", "train", "--no-progress"]
-    if options.offline:
-        train.append("--offline")
-    if run.action == "resume":
-        return [*train, "--resume", str(run.run_dir), "--steps", str(run.steps)]
-    train += ["--env", run.task, "--config", run.config_arg, "--seed", str(run.seed)]
-    train += ["--run-dir", str(run.run_dir)]
-    if options.steps is not None:
-        train += ["--steps", str(options.steps)]
-    if options.device is not None:
-        train += ["--device", options.device]
-    for setting in options.overrides:
+    if run.action in ("resume", "evaluate"):
+        offline = ["--offline"] if options.offline else []
+        return [*train, "--resume", str(run.run_dir), "--steps", str(run.steps), *offline]
+    train += ["--env", run.task, "--config", run.config_arg, "--run-dir", str(run.run_dir)]
+    for setting in run.overrides:
         train += ["--set", setting]
     return train
 
@@ -248,13 +219,13 @@ def last_line(path: Path) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "empty log")
 
 
-def final_summary(run_dir: Path) -> str:
-    finals = [r for r in read_results(run_dir) if r.get("final")]
+def final_summary(run_dir: RunDir) -> str:
+    finals = [r for r in read_results(run_dir) if r.final]
     if not finals:
         return "no final evaluation (eval.final_episodes = 0)"
     record = finals[-1]
-    kind = "normalised score" if record.get("reference") else "return"
-    return f"final {kind} {record['score']:.1f}"
+    kind = "normalised score" if record.reference else "return"
+    return f"final {kind} {record.score:.1f}"
 
 
 class Sweep:
@@ -269,10 +240,10 @@ class Sweep:
 
     def prepare(self, run: Run) -> Path:
         """A run started afresh gets a clean directory (what a failed start left is removed)."""
-        if run.action == "start" and run.run_dir.exists():
-            shutil.rmtree(run.run_dir)
-        run.run_dir.mkdir(parents=True, exist_ok=True)
-        return run.run_dir / LOG_NAME
+        if run.action == "start" and run.run_dir.path.exists():
+            shutil.rmtree(run.run_dir.path)
+        run.run_dir.path.mkdir(parents=True, exist_ok=True)
+        return run.run_dir.log
 
     def begin(self, run: Run) -> None:
         self.started[run.name] = time.monotonic()
@@ -286,16 +257,16 @@ class Sweep:
         seconds = time.monotonic() - self.started[run.name]
         done = returncode == 0 and inspect(run).action == "finished"
         if done:
-            copy_run(run.run_dir, run.task)
+            copy_run(run.run_dir.path, run.task)
             self.out(f"done {run.name} in {seconds:.0f} s: {final_summary(run.run_dir)}")
             return
         if reason is None:
-            reason = last_line(run.run_dir / LOG_NAME)
+            reason = last_line(run.run_dir.log)
             if returncode == 0:
                 reason = "ended without finishing its steps and final evaluation"
         code = "" if returncode is None else f" (exit {returncode})"
         self.failed.append((run, reason))
-        self.out(f"FAILED {run.name}{code}: {reason} (log: {run.run_dir / LOG_NAME})")
+        self.out(f"FAILED {run.name}{code}: {reason} (log: {run.run_dir.log})")
 
     def run_local(self) -> None:
         """Up to --parallel subprocesses at once; SIGINT/SIGTERM stop them with a checkpoint."""
@@ -444,7 +415,8 @@ def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list
     )
     write_layout(options.runs_dir, [*options.tasks, *_tasks_in(options.runs_dir)])
     if sweep.todo:
-        out(f"each run logs to RUN_DIR/{LOG_NAME}; watch: tensorboard --logdir {options.runs_dir}")
+        log = RunDir(Path("RUN_DIR")).log
+        out(f"each run logs to {log}; watch: tensorboard --logdir {options.runs_dir}")
     with sigterm_interrupts(), sweep_lock(options.runs_dir):
         if sweep.todo and options.ray_address:
             sweep.run_ray()
@@ -454,7 +426,7 @@ def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list
         names = ", ".join(run.name for run, _ in sweep.failed)
         raise SweepFailed(
             f"{len(sweep.failed)} of {len(runs)} runs failed ({names}); see the lines above and "
-            f"their {LOG_NAME}; run the same command again to retry them"
+            f"each run's log; run the same command again to retry them"
         )
     out(
         f"sweep: all {len(runs)} runs finished; tables and figures: primal-dt report {options.runs_dir}"
@@ -483,41 +455,5 @@ def sweep_lock(runs_dir: Path) -> Iterator[None]:
 
 
 def _tasks_in(runs_dir: Path) -> list[str]:
-    """Tasks of the sweep-style runs already in runs_dir (RUNS_DIR/<task>/<run>/config.json)."""
-    return [p.parent.parent.name for p in runs_dir.glob("*/*/config.json")]
-
-
-def finish_evaluation(run_dir: Path, device: str = "auto") -> dict[str, Any]:
-    """The final evaluation of a run whose training ended without one (it was killed meanwhile):
-    its queued snapshots, or ckpt.pt queued as the final one. Returns the final record."""
-    ckpt = load_checkpoint(run_dir)
-    if not queued_snapshots(run_dir):
-        policy = {key: ckpt[key] for key in REQUIRED_KEYS}
-        queue_snapshot(run_dir, policy, ckpt["config"]["eval"]["final_episodes"], final=True)
-    evaluator = Evaluator(run_dir, EvalOptions(device=device), log=print)
-    try:
-        evaluator.evaluate_queue()
-    finally:
-        evaluator.close()
-    finals = [r for r in read_results(run_dir) if r.get("final") and r["step"] >= ckpt["step"]]
-    if not finals:
-        raise PrimalDTError(f"the final evaluation of {run_dir} failed; see {run_dir}/eval.jsonl")
-    return finals[-1]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m primal_dt.sweep RUN_DIR`: the sweep's own step for finish_evaluation."""
-    parser = argparse.ArgumentParser(prog="python -m primal_dt.sweep")
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--device", default="auto")
-    args = parser.parse_args(argv)
-    try:
-        finish_evaluation(args.run_dir, args.device)
-    except PrimalDTError as err:
-        print(f"primal-dt: error: {err}", file=sys.stderr)
-        return err.exit_code
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    """Tasks of the sweep-style runs already in runs_dir (RUNS_DIR/<task>/<run>/)."""
+    return [path.parent.name for path in find_runs(runs_dir) if path.parent.parent == runs_dir]

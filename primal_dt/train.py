@@ -9,13 +9,13 @@ autocast with fused AdamW.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import signal
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,25 +26,27 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm.auto import tqdm
 
-from primal_dt.checkpoint import (
-    CHECKPOINT_NAME,
-    copy_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
-from primal_dt.config import Config, config_from_dict
+from primal_dt.config import Config
 from primal_dt.data import Batch, TaskData, WindowSampler, load_task_data
+from primal_dt.device import resolve_device
 from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError, first_line
-from primal_dt.eval_service import (
-    EvalOptions,
-    EvalService,
-    ResultsTail,
-    describe,
-    drop_results_after,
-    queue_snapshot,
-)
-from primal_dt.evaluate import EnvSetup, Policy, TargetResult, evaluate
+from primal_dt.eval_service import EvalService, queue_snapshot
+from primal_dt.evaluate import EvalOptions
 from primal_dt.model import DecisionTransformer
+from primal_dt.results import EvalRecord, ResultsTail, describe, drop_results_after, has_final
+from primal_dt.run import (
+    EvalRequest,
+    RunConfig,
+    RunDir,
+    Snapshot,
+    TaskRecord,
+    TrainingState,
+    atomic_copy,
+    read_snapshot,
+    run_of,
+    write_run_config,
+    write_snapshot,
+)
 from primal_dt.tasks import Task, env_for_gym_id
 
 
@@ -92,16 +94,6 @@ class StopSignals:
         self._previous = {}
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            f"train.device is {name} but no CUDA device is available; use cpu or auto"
-        )
-    return torch.device(name)
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -122,12 +114,28 @@ def action_loss(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tenso
 
 
 @dataclass
+class Live:
+    """What the loop talks to while it runs: TensorBoard, the progress bar, the evaluation process
+    (None where nobody evaluates beside training) and the results it sends back."""
+
+    writer: SummaryWriter
+    bar: tqdm
+    service: EvalService | None
+    results: ResultsTail
+    tick: float
+
+    def say(self, line: str) -> None:
+        """A progress line, on stderr above the bar."""
+        self.bar.write(line, file=sys.stderr)
+
+
+@dataclass
 class Trainer:
     """One run: the model, its optimiser and data, and where it writes."""
 
     config: Config
     data: TaskData
-    run_dir: Path
+    run_dir: RunDir
     device: torch.device
     model: DecisionTransformer
     optimizer: torch.optim.Optimizer
@@ -157,7 +165,9 @@ class Trainer:
 
     @classmethod
     def create(cls, config: Config, data: TaskData, run_dir: Path) -> Trainer:
-        device = resolve_device(config.train.device)
+        device = resolve_device(config.train.device, "train.device")
+        if config.eval.service == "process" and evaluates(config):
+            resolve_device(config.eval.device, "eval.device")  # now, not at the first evaluation
         seed_everything(config.train.seed)
         state_mean, state_std = data.state_stats()
         longest = max(len(ep.rewards) for ep in data.episodes)
@@ -183,139 +193,91 @@ class Trainer:
             device,
             seed=config.train.seed,
         )
+        run = RunDir(run_dir)
         return cls(
-            config,
-            data,
-            run_dir,
-            device,
-            model,
-            optimizer,
-            scheduler,
-            sampler,
-            state_mean,
-            state_std,
+            config, data, run, device, model, optimizer, scheduler, sampler, state_mean, state_std
         )
 
-    # --- checkpoints -------------------------------------------------------------------------
+    # --- snapshots and checkpoints -----------------------------------------------------------
 
-    def task_record(self) -> dict[str, Any]:
-        ref = self.data.reference
-        return {
-            "name": self.data.task.name,
-            "dataset_ids": list(self.data.task.dataset_ids),
-            "env_id": self.data.env_id,
-            "env_kwargs": self.data.env_kwargs,
-            "max_episode_steps": self.data.max_episode_steps,
-            "eval_targets": list(self.eval_targets()),
-            "reference": None
-            if ref is None
-            else {"random": ref.random, "expert": ref.expert, "source": ref.source},
-        }
-
-    def policy_payload(self) -> dict[str, Any]:
-        """What evaluating the policy needs: weights, config, statistics and task."""
-        return {
-            "step": self.step,
-            "config": self.config.to_dict(),
-            "task": self.task_record(),
-            "dims": {
-                "state_dim": self.model.state_dim,
-                "act_dim": self.model.act_dim,
-                "max_timestep": self.model.max_timestep,
-            },
-            "state_mean": torch.as_tensor(self.state_mean),
-            "state_std": torch.as_tensor(self.state_std),
-            "model": self.model.state_dict(),
-        }
-
-    def payload(self) -> dict[str, Any]:
-        """policy_payload and everything resuming needs besides."""
-        return {
-            **self.policy_payload(),
-            "pending_log": {"sums": self.pending.cpu(), "count": self.pending_count},
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "sampler": self.sampler.state_dict(),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
-        }
+    def snapshot(self, request: EvalRequest | None = None, resumable: bool = False) -> Snapshot:
+        """The policy as it is now; resumable adds what continuing the run needs."""
+        data = self.data
+        task = TaskRecord(
+            name=data.task.name,
+            dataset_ids=tuple(data.task.dataset_ids),
+            env_id=data.env_id,
+            env_kwargs=data.env_kwargs,
+            max_episode_steps=data.max_episode_steps,
+            eval_targets=tuple(self.config.eval.targets) or data.eval_targets,
+            reference=data.reference,
+        )
+        training = None
+        if resumable:
+            training = TrainingState(
+                optimizer=self.optimizer.state_dict(),
+                scheduler=self.scheduler.state_dict(),
+                sampler=self.sampler.state_dict(),
+                rng_torch=torch.get_rng_state(),
+                rng_cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                pending_sums=self.pending.cpu(),
+                pending_count=self.pending_count,
+            )
+        return Snapshot(
+            step=self.step,
+            config=self.config,
+            task=task,
+            state_dim=self.model.state_dim,
+            act_dim=self.model.act_dim,
+            max_timestep=self.model.max_timestep,
+            state_mean=torch.as_tensor(self.state_mean),
+            state_std=torch.as_tensor(self.state_std),
+            weights=self.model.state_dict(),
+            request=request,
+            training=training,
+        )
 
     def save(self) -> Path:
         """ckpt.pt (the latest), and checkpoints/step_N.pt keeping the newest keep_checkpoints."""
-        path = self.run_dir / CHECKPOINT_NAME
-        save_checkpoint(path, self.payload())
+        self._check_finite()  # never save a diverged model
+        write_snapshot(self.run_dir.checkpoint, self.snapshot(resumable=True))
         keep = self.config.train.keep_checkpoints
         if keep:
-            folder = self.run_dir / "checkpoints"
-            folder.mkdir(exist_ok=True)
-            copy_checkpoint(path, folder / f"step_{self.step:08d}.pt")
-            for old in sorted(folder.glob("step_*.pt"))[:-keep]:
+            atomic_copy(self.run_dir.checkpoint, self.run_dir.step_checkpoint(self.step))
+            for old in self.run_dir.saved_checkpoints()[:-keep]:
                 old.unlink()
-        return path
+        return self.run_dir.checkpoint
 
-    def restore(self, ckpt: dict[str, Any]) -> None:
-        """Put the run back exactly as it was when ckpt was saved."""
-        dims = ckpt["dims"]
-        if (dims["state_dim"], dims["act_dim"]) != (self.model.state_dim, self.model.act_dim):
+    def restore(self, snapshot: Snapshot) -> None:
+        """Put the run back exactly as it was when the checkpoint was saved."""
+        state = snapshot.training
+        if state is None:
             raise CheckpointError(
-                f"checkpoint is for state/action sizes {dims['state_dim']}/{dims['act_dim']} but "
-                f"the dataset has {self.model.state_dim}/{self.model.act_dim}"
+                f"the checkpoint of step {snapshot.step} holds a policy only (no optimizer or "
+                f"sampler state), so its run cannot be resumed from it"
+            )
+        if (snapshot.state_dim, snapshot.act_dim) != (self.model.state_dim, self.model.act_dim):
+            raise CheckpointError(
+                f"checkpoint is for state/action sizes {snapshot.state_dim}/{snapshot.act_dim} "
+                f"but the dataset has {self.model.state_dim}/{self.model.act_dim}"
             )
         try:
-            self.model.load_state_dict(ckpt["model"])
-            self.optimizer.load_state_dict(ckpt["optimizer"])
-            self.scheduler.load_state_dict(ckpt["scheduler"])
-            self.sampler.load_state_dict(ckpt["sampler"])
+            self.model.load_state_dict(snapshot.weights)
+            self.optimizer.load_state_dict(state.optimizer)
+            self.scheduler.load_state_dict(state.scheduler)
+            self.sampler.load_state_dict(state.sampler)
         except (KeyError, RuntimeError, ValueError) as err:
             raise CheckpointError(
                 f"checkpoint does not match the model: {first_line(err)}"
             ) from None
-        self.state_mean = ckpt["state_mean"].numpy()
-        self.state_std = ckpt["state_std"].numpy()
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if ckpt["rng"]["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-        self.step = int(ckpt["step"])
-        if "pending_log" in ckpt:
-            self.pending = ckpt["pending_log"]["sums"].to(self.device)
-            self.pending_count = int(ckpt["pending_log"]["count"])
-
-    # --- evaluation --------------------------------------------------------------------------
-
-    def eval_targets(self) -> tuple[float, ...]:
-        return tuple(self.config.eval.targets) or self.data.eval_targets
-
-    def env_setup(self) -> EnvSetup:
-        return EnvSetup(
-            env_id=self.data.env_id,
-            env_kwargs=self.data.env_kwargs,
-            max_episode_steps=self.data.max_episode_steps,
-            eval_targets=self.eval_targets(),
-            reference=self.data.reference,
-        )
-
-    def evaluate(self) -> list[TargetResult]:
-        """Evaluate the current model here and now (the run itself hands this to eval_service)."""
-        policy = Policy(
-            self.model,
-            torch.as_tensor(self.state_mean, device=self.device),
-            torch.as_tensor(self.state_std, device=self.device),
-            self.config.train.return_scale,
-            self.device,
-        )
-        cfg = self.config.eval
-        return evaluate(
-            policy, self.env_setup(), cfg.episodes, self.config.train.seed, workers=cfg.workers
-        )
-
-    def eval_options(self) -> EvalOptions:
-        return EvalOptions(
-            device=self.config.eval.device,
-            workers=self.config.eval.workers,
-            purge_after=self.step or None,
-        )
+        self.state_mean = snapshot.state_mean.numpy()
+        self.state_std = snapshot.state_std.numpy()
+        torch.set_rng_state(state.rng_torch)
+        if state.rng_cuda and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state.rng_cuda)
+        self.step = snapshot.step
+        self.pending = state.pending_sums.to(self.device)
+        self.pending_count = state.pending_count
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -338,114 +300,133 @@ class Trainer:
         self.scheduler.step()
         return act_loss.detach(), ksvd.detach().float(), grad_norm.detach()
 
-    def run(self, progress: bool = True, stop: StopSignals | None = None) -> dict[str, Any] | None:
+    def run(self, progress: bool = True, stop: StopSignals | None = None) -> EvalRecord | None:
         """Train to config.train.steps; returns the final evaluation's record (None without one).
 
         Every eval_every steps (and at the end, with eval.final_episodes episodes) a snapshot of
         the policy goes to the evaluation process, which runs beside training; its results are
         printed as they arrive and the final one is waited for. SIGINT/SIGTERM stop the run after
         the current step with a checkpoint saved; pass `stop` to catch signals that come earlier
-        (while the data loads).
+        (while the data loads). A run resumed at its last step only gets its final evaluation.
         """
-        cfg, eval_cfg = self.config.train, self.config.eval
+        cfg = self.config.train
+        stop = stop or StopSignals()
+        with stop, ExitStack() as stack:
+            live = self._start(stack, progress)
+            if self.step >= cfg.steps and not self.run_dir.queued(self.step).exists():
+                self._queue_evaluation(EvalRequest(self.config.eval.final_episodes, final=True))
+            while self.step < cfg.steps:
+                self.pending += torch.stack(self.train_step(self.sampler.sample(cfg.batch_size)))
+                self.pending_count += 1
+                self.step += 1
+                live.bar.update(1)
+                final = self.step == cfg.steps
+                if self.step % cfg.log_every == 0 or final:
+                    self._log(live)
+                self._queue_due_evaluation(final)
+                if self.step % cfg.ckpt_every == 0 or final or stop.signum is not None:
+                    self.save()
+                if stop.signum is not None:
+                    raise self._interrupted(stop.signum)
+            self._wait_for_evaluations(live)
+        return self._final_result(live)
+
+    def _start(self, stack: ExitStack, progress: bool) -> Live:
+        """Open the run's outputs; the stack closes them (and stops the evaluation process if
+        the loop fails) however the loop ends."""
         # On resume, drop any events logged after the checkpoint by the interrupted process.
-        writer = SummaryWriter(str(self.run_dir), purge_step=self.step + 1 if self.step else None)
+        purge = self.step + 1 if self.step else None
+        writer = stack.enter_context(SummaryWriter(str(self.run_dir.path), purge_step=purge))
         if self.step == 0:
             self._write_hparams(writer)
-        evaluating = bool(cfg.eval_every or eval_cfg.final_episodes)
         service = None
-        if evaluating and eval_cfg.service == "process":
-            service = EvalService(self.run_dir, self.eval_options())
-            service.start()
-        results = ResultsTail(self.run_dir)
-        tick = time.perf_counter()
-        bar = tqdm(
-            total=cfg.steps, initial=self.step, disable=not progress, desc=self.data.task.name,
-            unit="step", dynamic_ncols=True,
+        if evaluates(self.config) and self.config.eval.service == "process":
+            options = EvalOptions(device=self.config.eval.device, workers=self.config.eval.workers)
+            service = stack.enter_context(EvalService(self.run_dir, options, self.step or None))
+        bar = stack.enter_context(
+            tqdm(total=self.config.train.steps, initial=self.step, disable=not progress,
+                 desc=self.data.task.name, unit="step", dynamic_ncols=True)
         )  # fmt: skip
-        stop = stop or StopSignals()
-        finished = False
+        return Live(writer, bar, service, ResultsTail(self.run_dir), time.perf_counter())
 
-        def say(line: str) -> None:  # progress lines go to stderr, above the bar
-            bar.write(line, file=sys.stderr)
+    def _log(self, live: Live) -> None:
+        """The mean losses since the last log to TensorBoard and the bar, and the evaluation
+        results that arrived meanwhile to the terminal."""
+        self._check_finite()
+        now = time.perf_counter()
+        act, ksvd, grad_norm = (self.pending / self.pending_count).tolist()
+        scalars = {
+            "train/action_loss": act,
+            "train/ksvd_loss": ksvd,
+            "train/loss": act + self.config.train.ksvd_weight * ksvd,
+            "train/lr": self.scheduler.get_last_lr()[0],
+            "train/grad_norm": grad_norm,
+            "train/steps_per_sec": self.pending_count / (now - live.tick),
+        }
+        for tag, value in scalars.items():
+            live.writer.add_scalar(tag, value, self.step)
+        live.bar.set_postfix(action=f"{act:.4f}", ksvd=f"{ksvd:.3g}", refresh=False)
+        self.pending.zero_()
+        self.pending_count, live.tick = 0, now
+        for record in live.results.new():
+            live.say(describe(record))
+        if live.service is not None:
+            live.service.check(live.say)
 
-        with stop:
-            try:
-                while self.step < cfg.steps:
-                    batch = self.sampler.sample(cfg.batch_size)
-                    self.pending += torch.stack(self.train_step(batch))
-                    self.pending_count += 1
-                    self.step += 1
-                    bar.update(1)
-                    final = self.step == cfg.steps
-                    if self.step % cfg.log_every == 0 or final:
-                        self._check_finite()
-                        now = time.perf_counter()
-                        rate = self.pending_count / (now - tick)
-                        self._log_train(writer, self.pending / self.pending_count, rate, bar)
-                        self.pending.zero_()
-                        self.pending_count, tick = 0, now
-                        for record in results.new():
-                            say(describe(record))
-                        if service is not None:
-                            service.check(say)
-                    if final and eval_cfg.final_episodes:
-                        self._check_finite()
-                        queue_snapshot(
-                            self.run_dir, self.policy_payload(), eval_cfg.final_episodes, True
-                        )
-                    elif cfg.eval_every and self.step % cfg.eval_every == 0:
-                        self._check_finite()  # never evaluate a diverged model
-                        queue_snapshot(
-                            self.run_dir, self.policy_payload(), eval_cfg.episodes, False
-                        )
-                    if self.step % cfg.ckpt_every == 0 or final or stop.signum is not None:
-                        self._check_finite()  # never save a diverged model
-                        self.save()
-                    if stop.signum is not None:
-                        name = signal.Signals(stop.signum).name
-                        raise TrainingInterrupted(
-                            f"stopped by {name} at step {self.step}; checkpoint saved to "
-                            f"{self.run_dir / CHECKPOINT_NAME}; continue with: "
-                            f"primal-dt train --resume {self.run_dir}",
-                            stop.signum,
-                        )
-                writer.flush()
-                if service is not None:
-                    if eval_cfg.final_episodes:
-                        say(
-                            f"training done; waiting for the final evaluation "
-                            f"({eval_cfg.final_episodes} episodes per target)"
-                        )
-                    service.finish()
-                elif evaluating and eval_cfg.service == "external":
-                    say(
-                        f"training done; its evaluation snapshots wait in {self.run_dir}/eval_queue "
-                        f"for: primal-dt eval --watch {self.run_dir}"
-                    )
-                finished = True
-            finally:
-                if service is not None and not finished:
-                    service.stop()
-                bar.close()
-                writer.close()
-        final_record = None
-        for record in results.new():
+    def _queue_due_evaluation(self, final: bool) -> None:
+        """The final evaluation at the last step; a periodic one every eval_every steps."""
+        ev, every = self.config.eval, self.config.train.eval_every
+        if final and ev.final_episodes:
+            self._queue_evaluation(EvalRequest(ev.final_episodes, final=True))
+        elif every and self.step % every == 0:
+            self._queue_evaluation(EvalRequest(ev.episodes, final=False))
+
+    def _queue_evaluation(self, request: EvalRequest) -> None:
+        self._check_finite()  # never evaluate a diverged model
+        queue_snapshot(self.run_dir, self.snapshot(request))
+
+    def _interrupted(self, signum: int) -> TrainingInterrupted:
+        return TrainingInterrupted(
+            f"stopped by {signal.Signals(signum).name} at step {self.step}; checkpoint saved to "
+            f"{self.run_dir.checkpoint}; continue with: primal-dt train --resume {self.run_dir}",
+            signum,
+        )
+
+    def _wait_for_evaluations(self, live: Live) -> None:
+        live.writer.flush()
+        final_episodes = self.config.eval.final_episodes
+        if live.service is not None:
+            if final_episodes:
+                live.say(
+                    f"training done; waiting for the final evaluation ({final_episodes} "
+                    f"episodes per target)"
+                )
+            live.service.finish()
+        elif evaluates(self.config) and self.config.eval.service == "external":
+            live.say(
+                f"training done; its evaluation snapshots wait in {self.run_dir.queue} for: "
+                f"primal-dt eval --watch {self.run_dir}"
+            )
+
+    def _final_result(self, live: Live) -> EvalRecord | None:
+        """Print the results not yet printed; the final evaluation's record, if there was one."""
+        final = None
+        for record in live.results.new():
             print(describe(record), file=sys.stderr)
-            if record["step"] == self.step and (record.get("final") or "error" in record):
-                final_record = record
-        if final_record is not None and "error" in final_record:
+            if record.step == self.step and (record.final or record.error is not None):
+                final = record
+        if final is not None and final.error is not None:
             raise EvaluationFailed(
-                f"training finished but its final evaluation failed: {final_record['error']}; "
-                f"the checkpoint is {self.run_dir / CHECKPOINT_NAME}, evaluate it with "
+                f"training finished but its final evaluation failed: {final.error}; "
+                f"the checkpoint is {self.run_dir.checkpoint}, evaluate it with "
                 f"primal-dt eval --ckpt {self.run_dir}"
             )
-        return final_record if service is not None else None
+        return final if live.service is not None else None
 
     def _check_finite(self) -> None:
         if not torch.isfinite(self.pending).all():
             act, ksvd, grad_norm = self.pending.tolist()
-            ckpt = self.run_dir / CHECKPOINT_NAME
+            ckpt = self.run_dir.checkpoint
             kept = (
                 f"the last good checkpoint, {ckpt}, is kept"
                 if ckpt.exists()
@@ -455,23 +436,6 @@ class Trainer:
                 f"training diverged before step {self.step} (action loss {act}, KSVD loss {ksvd}, "
                 f"gradient norm {grad_norm}); {kept}; try a lower train.lr"
             )
-
-    def _log_train(
-        self, writer: SummaryWriter, means: torch.Tensor, steps_per_sec: float, bar: tqdm
-    ) -> None:
-        act, ksvd, grad_norm = means.tolist()
-        total = act + self.config.train.ksvd_weight * ksvd
-        scalars = {
-            "train/action_loss": act,
-            "train/ksvd_loss": ksvd,
-            "train/loss": total,
-            "train/lr": self.scheduler.get_last_lr()[0],
-            "train/grad_norm": grad_norm,
-            "train/steps_per_sec": steps_per_sec,
-        }
-        for tag, value in scalars.items():
-            writer.add_scalar(tag, value, self.step)
-        bar.set_postfix(action=f"{act:.4f}", ksvd=f"{ksvd:.3g}", refresh=False)
 
     def _write_hparams(self, writer: SummaryWriter) -> None:
         """The run's settings in TensorBoard's hparams view, in this same run directory."""
@@ -488,47 +452,50 @@ class Trainer:
             writer.file_writer.add_summary(summary)
 
 
-def start_run(config: Config, task: Task, run_dir: Path) -> Trainer:
-    """A new run in run_dir, which must not already hold one."""
-    if (run_dir / CHECKPOINT_NAME).exists():
+def evaluates(config: Config) -> bool:
+    """Whether the run evaluates at all, during training or at its end."""
+    return bool(config.train.eval_every or config.eval.final_episodes)
+
+
+def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "default") -> Trainer:
+    """A new run in run_dir, which must not already hold one; config_name names the config file
+    the run came from, for reports."""
+    run = RunDir(run_dir)
+    if run.checkpoint.exists():
         raise CheckpointError(
             f"{run_dir} already holds a run; continue it with --resume {run_dir} "
             f"or choose another --run-dir"
         )
     data = load_task_data(task, config.data.download)
     trainer = Trainer.create(config, data, run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(
-        json.dumps({"task": task.name, **config.to_dict()}, indent=2)
-    )
+    write_run_config(run, RunConfig(task.name, config_name, config))
     return trainer
 
 
-def resume_run(run_dir: Path, steps: int | None = None, download: bool | None = None) -> Trainer:
-    """Continue the run in run_dir from its checkpoint, to its configured or to `steps` steps."""
-    ckpt = load_checkpoint(run_dir)
-    config = config_from_dict(ckpt["config"])
+def resume_run(path: Path, steps: int | None = None, download: bool | None = None) -> Trainer:
+    """Continue the run in `path` (a run directory or its ckpt.pt) from its checkpoint, to its
+    configured or to `steps` steps, or only to its final evaluation where that is what is left."""
+    run = run_of(path)
+    snapshot = read_snapshot(run.path)
+    config = snapshot.config
     if steps is not None:
         config.train.steps = steps
     if download is not None:
         config.data.download = download
-    record = ckpt["task"]
-    task = Task(
-        name=record["name"],
-        dataset_ids=tuple(record["dataset_ids"]),
-        env=env_for_gym_id(record["env_id"]),
-    )
+    record = snapshot.task
+    task = Task(record.name, record.dataset_ids, env_for_gym_id(record.env_id))
     data = load_task_data(task, config.data.download)
-    if data.env_id != record["env_id"]:
+    if data.env_id != record.env_id:
         raise CheckpointError(
-            f"{run_dir} was trained on {record['env_id']} but its dataset is now for {data.env_id}"
+            f"{run} was trained on {record.env_id} but its dataset is now for {data.env_id}"
         )
-    trainer = Trainer.create(config, data, run_dir)
-    trainer.restore(ckpt)
-    drop_results_after(run_dir, trainer.step)
-    if trainer.step >= config.train.steps:
+    trainer = Trainer.create(config, data, run.path)
+    trainer.restore(snapshot)
+    drop_results_after(run, trainer.step)
+    final_missing = config.eval.final_episodes and not has_final(run, trainer.step)
+    if trainer.step >= config.train.steps and not final_missing:
         raise ConfigError(
-            f"{run_dir} is already at step {trainer.step} of {config.train.steps}; "
+            f"{run} is already at step {trainer.step} of {config.train.steps}; "
             f"pass --steps N with N > {trainer.step} to train further"
         )
     return trainer

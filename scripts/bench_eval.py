@@ -29,7 +29,6 @@ from readme_table import publish
 
 from primal_dt.config import load_config, named_config_path
 from primal_dt.evaluate import (
-    EnvSetup,
     Job,
     Policy,
     load_policy,
@@ -38,10 +37,11 @@ from primal_dt.evaluate import (
     sequential_rollout,
 )
 from primal_dt.model import DecisionTransformer
+from primal_dt.run import TaskRecord, read_snapshot
 from primal_dt.tasks import quiet_mujoco_warnings
 
 
-def untrained_policy(spec: str, device: torch.device) -> tuple[Policy, EnvSetup]:
+def untrained_policy(spec: str, device: torch.device) -> tuple[Policy, TaskRecord]:
     """spec: a config name, optionally with overrides: 'primal-dt+model.embed_dim=64+...'."""
     torch.manual_seed(0)
     name, *overrides = spec.split("+")
@@ -49,7 +49,7 @@ def untrained_policy(spec: str, device: torch.device) -> tuple[Policy, EnvSetup]
     model = DecisionTransformer(config.model, 17, 6, 1000).to(device)
     policy = Policy(model, torch.zeros(17, device=device), torch.ones(17, device=device),
                     config.train.return_scale, device)  # fmt: skip
-    return policy, EnvSetup("HalfCheetah-v5", {}, 1000, (6000.0,), None)
+    return policy, TaskRecord("untrained", (), "HalfCheetah-v5", {}, 1000, (6000.0,), None)
 
 
 def size_label(spec: str) -> str:
@@ -64,18 +64,18 @@ def size_label(spec: str) -> str:
 Evaluator = Callable[[list[Job]], tuple[np.ndarray, np.ndarray]]
 
 
-def measure(label: str, policy: Policy, setup: EnvSetup, args: argparse.Namespace) -> list[str]:
-    jobs = make_jobs(setup.eval_targets[:1], args.episodes, seed=0)
+def measure(label: str, policy: Policy, task: TaskRecord, args: argparse.Namespace) -> list[str]:
+    jobs = make_jobs(task.eval_targets[:1], args.episodes, seed=0)
     evaluators: dict[str, tuple[Evaluator, list[Job]]] = {
         "sequential, batch 1": (
-            lambda j: sequential_rollout(policy, setup, j),
+            lambda j: sequential_rollout(policy, task, j),
             jobs[: args.sequential_episodes],
         ),
-        "vectorised, SyncVectorEnv": (lambda j: rollout(policy, setup, j), jobs),
+        "vectorised, SyncVectorEnv": (lambda j: rollout(policy, task, j), jobs),
     }
     if args.workers > 1:
         evaluators[f"vectorised, AsyncVectorEnv, {args.workers} workers"] = (
-            lambda j: rollout(policy, setup, j, workers=args.workers),
+            lambda j: rollout(policy, task, j, workers=args.workers),
             jobs,
         )
     rows, base_rate, reference = [], None, None
@@ -114,14 +114,15 @@ def main() -> None:
     quiet_mujoco_warnings()
     device = torch.device(args.device)
     if args.ckpt:
-        policies = {args.ckpt: load_policy(args.ckpt, device)[:2]}
+        snapshot = read_snapshot(args.ckpt)
+        policies = {args.ckpt: (load_policy(snapshot, device, args.ckpt), snapshot.task)}
     else:
         policies = {
             size_label(spec): untrained_policy(spec, device) for spec in args.configs.split(",")
         }
     rows = []
-    for label, (policy, setup) in policies.items():
-        rows += measure(label, policy, setup, args)
+    for label, (policy, task) in policies.items():
+        rows += measure(label, policy, task, args)
     caption = (
         f"{args.episodes} HalfCheetah-v5 episodes of 1000 steps on {device_name(device)}, "
         f"torch {torch.__version__}; the sequential loop ran the first "

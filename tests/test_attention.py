@@ -1,4 +1,5 @@
-"""The attention layers against slow references written straight from DESIGN.md sections 1 and 2.
+"""The attention layers against slow references written straight from the specification in
+primal_dt/attention.py's docstring (steps P1-P6 and K1-K2, also in the README's method section).
 
 Each reference is a plain per-batch, per-head, per-position Python loop over the formulas, so the
 vectorised layers (cumulative sums, batched products, hand-written backward passes, SDPA) are
@@ -56,7 +57,7 @@ def phi(v: Tensor) -> Tensor:
 def reference_primal(
     layer: PrimalAttention, x: Tensor, mask: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """DESIGN.md section 1 with explicit loops, in float64. Returns output (B, L, D), e, r."""
+    """Steps P1-P6 with explicit loops, in float64. Returns output (B, L, D), e, r."""
     layer = layer.double()
     x = x.double()
     batch, length, dim = x.shape
@@ -93,7 +94,7 @@ def reference_primal(
 def reference_ksvd(
     e: Tensor, r: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Tensor
 ) -> Tensor:
-    """DESIGN.md section 2 per sequence with explicit loops, in float64."""
+    """Step K1 per sequence with explicit loops, in float64."""
     e, r, lam, we, wr = (t.double() for t in (e, r, lam, we, wr))
     batch, heads, length, _ = e.shape
     trace = sum(torch.trace(we[h].T @ wr[h]) for h in range(heads)) / heads

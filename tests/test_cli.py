@@ -12,8 +12,9 @@ import torch
 from conftest import DEVICE, TINY
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from primal_dt.checkpoint import load_checkpoint
 from primal_dt.cli import main
+from primal_dt.data import ReferenceScores
+from primal_dt.run import read_snapshot
 
 
 def train_args(run_dir: Path, steps: int, *extra: str) -> list[str]:
@@ -51,17 +52,17 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
     events.Reload()
     assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
 
-    ckpt = load_checkpoint(run_dir / "ckpt.pt")
-    assert ckpt["step"] == 20
-    assert ckpt["task"]["env_id"] == "Hopper-v5"
-    assert ckpt["task"]["reference"] == {
-        "random": -20.272305,
-        "expert": 3234.3,
-        "source": "D4RL reference scores (Fu et al. 2020), measured on Hopper-v2: approximate for v5",
-    }
-    assert ckpt["config"]["model"]["primal_blocks"] == "last"
-    assert ckpt["config"]["model"]["embed_dim"] == 32
-    assert ckpt["state_mean"].shape == (11,)
+    ckpt = read_snapshot(run_dir / "ckpt.pt")
+    assert ckpt.step == 20
+    assert ckpt.task.env_id == "Hopper-v5"
+    assert ckpt.task.reference == ReferenceScores(
+        random=-20.272305,
+        expert=3234.3,
+        source="D4RL reference scores (Fu et al. 2020), measured on Hopper-v2: approximate for v5",
+    )
+    assert ckpt.config.model.primal_blocks == "last"
+    assert ckpt.config.model.embed_dim == 32
+    assert ckpt.state_mean.shape == (11,)
 
     # A fresh process evaluating the final checkpoint with the run's seed and the final
     # evaluation's episodes gets the numbers logged during training.
@@ -91,12 +92,12 @@ def test_resume_continues_exactly_where_the_run_stopped(minari_root, tmp_path) -
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert main(train_args(straight, 30)) == 0
     assert main(train_args(resumed, 15)) == 0
-    assert load_checkpoint(resumed)["step"] == 15
+    assert read_snapshot(resumed).step == 15
     assert main(["train", "--resume", str(resumed), "--steps", "30", "--no-progress"]) == 0
-    a, b = load_checkpoint(straight), load_checkpoint(resumed)
-    assert b["step"] == 30
-    for name, tensor in a["model"].items():
-        assert torch.equal(tensor, b["model"][name]), name
+    a, b = read_snapshot(straight), read_snapshot(resumed)
+    assert b.step == 30
+    for name, tensor in a.weights.items():
+        assert torch.equal(tensor, b.weights[name]), name
     assert scalars(straight)["train/action_loss"] == scalars(resumed)["train/action_loss"]
 
 

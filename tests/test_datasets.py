@@ -18,12 +18,12 @@ import pytest
 from conftest import TINY, policy_file
 from stable_baselines3 import SAC
 
-from primal_dt.checkpoint import load_checkpoint
 from primal_dt.cli import main
 from primal_dt.data import load_task_data
 from primal_dt.datasets import _write_in_place
 from primal_dt.errors import TaskError
 from primal_dt.recording import mean_return, random_policy, record_episodes, write_dataset
+from primal_dt.run import read_snapshot
 from primal_dt.sources import BUNDLED_ROOT, origin
 from primal_dt.tasks import resolve_task
 
@@ -263,9 +263,9 @@ def test_bundled_dataset_loads_and_trains_end_to_end(tmp_path, capsys) -> None:
     out, err = capsys.readouterr()
     assert "dataset: primal-dt/hopper/bundled-v0 (bundled with primal-dt)" in err
     assert "Minari metadata of primal-dt/hopper/bundled-v0" in out  # normalised with its scores
-    task = load_checkpoint(tmp_path / "run" / "ckpt.pt")["task"]
-    assert task["dataset_ids"] == ["primal-dt/hopper/bundled-v0"]
-    assert task["reference"]["expert"] == metadata["ref_max_score"]
+    task = read_snapshot(tmp_path / "run" / "ckpt.pt").task
+    assert task.dataset_ids == ("primal-dt/hopper/bundled-v0",)
+    assert task.reference.expert == metadata["ref_max_score"]
     assert not (empty / "primal-dt").exists()  # read in place, never copied
     json.dumps(provenance)  # plain JSON all the way down
 

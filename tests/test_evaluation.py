@@ -14,15 +14,16 @@ import pytest
 import torch
 from test_cli import scalars, train_args
 
-from primal_dt.checkpoint import load_checkpoint
 from primal_dt.cli import main
 from primal_dt.config import ModelConfig
-from primal_dt.eval_service import EvalOptions, read_results, watch
-from primal_dt.evaluate import EnvSetup, Policy, make_jobs, rollout, sequential_rollout
+from primal_dt.eval_service import watch
+from primal_dt.evaluate import EvalOptions, Policy, make_jobs, rollout, sequential_rollout
 from primal_dt.model import DecisionTransformer
+from primal_dt.results import read_results
+from primal_dt.run import RunDir, TaskRecord, read_snapshot
 
 
-def hopper_policy() -> tuple[Policy, EnvSetup]:
+def hopper_policy() -> tuple[Policy, TaskRecord]:
     """An untrained but deterministic policy; reset noise makes the episodes end at different
     steps, some by falling (termination) and some at the 20-step limit (truncation)."""
     torch.manual_seed(0)
@@ -30,7 +31,10 @@ def hopper_policy() -> tuple[Policy, EnvSetup]:
                          primal_rank=8)  # fmt: skip
     model = DecisionTransformer(config, 11, 3, 1000)
     policy = Policy(model, torch.zeros(11), torch.full((11,), 0.2), 1000.0, torch.device("cpu"))
-    return policy, EnvSetup("Hopper-v5", {"reset_noise_scale": 0.1}, 20, (3600.0, 1800.0), None)
+    task = TaskRecord(
+        "test", (), "Hopper-v5", {"reset_noise_scale": 0.1}, 20, (3600.0, 1800.0), None
+    )
+    return policy, task
 
 
 def test_vectorised_rollout_matches_the_sequential_loop() -> None:
@@ -62,20 +66,18 @@ def test_training_hands_evaluations_to_the_service(minari_root, tmp_path, capsys
     assert "step 15: final evaluation over 3 episodes" in err
     assert "1800.0" in out and "[1] reference scores" in out  # the final table
 
-    records = read_results(run_dir)
-    assert [r["step"] for r in records] == [3, 5, 10, 15]
-    assert "not a loadable primal-dt checkpoint" in records[0]["error"]
-    assert [(r["episodes"], r["final"]) for r in records[1:]] == [(2, False), (2, False), (3, True)]
+    records = read_results(RunDir(run_dir))
+    assert [r.step for r in records] == [3, 5, 10, 15]
+    assert "not a loadable primal-dt checkpoint" in records[0].error
+    assert [(r.episodes, r.final) for r in records[1:]] == [(2, False), (2, False), (3, True)]
     assert not list((run_dir / "eval_queue").iterdir())  # every snapshot was taken, then deleted
-    assert {r["checkpoint"] for r in records} == {str(run_dir)}
+    assert {r.checkpoint for r in records} == {str(run_dir)}
     logged = scalars(run_dir)
     for name in ("return", "normalized_return", "episode_length"):
         assert [s for s, _ in logged[f"eval/1800/{name}"]] == [5, 10, 15], name
-    assert logged["eval/1800/return"][-1][1] == pytest.approx(
-        records[-1]["results"][0]["return_mean"]
-    )
-    best = max(records[1:], key=lambda r: r["score"])
-    assert load_checkpoint(run_dir / "best.pt")["step"] == best["step"]
+    assert logged["eval/1800/return"][-1][1] == pytest.approx(records[-1].results[0].return_mean)
+    best = max(records[1:], key=lambda r: r.score)
+    assert read_snapshot(run_dir / "best.pt").step == best.step
 
     # Every kept checkpoint of the run, and a second run, in one table.
     other = tmp_path / "other"
@@ -107,11 +109,12 @@ def test_watch_evaluates_what_an_external_service_queues(minari_root, tmp_path, 
     watch(
         run_dir,
         EvalOptions(device="cpu"),
+        torch.device("cpu"),
         poll_seconds=0.1,
-        stop=lambda: bool(read_results(run_dir)),
+        stop=lambda: bool(read_results(RunDir(run_dir))),
     )
-    records = read_results(run_dir)
-    assert [(r["step"], r["episodes"], r["final"]) for r in records] == [
+    records = read_results(RunDir(run_dir))
+    assert [(r.step, r.episodes, r.final) for r in records] == [
         (5, 2, False),
         (10, 2, True),
     ]
@@ -127,7 +130,7 @@ def test_watch_evaluates_what_an_external_service_queues(minari_root, tmp_path, 
     try:
         assert main(["train", "--resume", str(run_dir), "--steps", "15", "--no-progress"]) == 0
         deadline = time.monotonic() + 60
-        while not any(r["step"] == 15 and r["final"] for r in read_results(run_dir)):
+        while not any(r.step == 15 and r.final for r in read_results(RunDir(run_dir))):
             assert time.monotonic() < deadline, "the watcher evaluated nothing"
             time.sleep(0.2)
     finally:

@@ -9,8 +9,9 @@ import torch
 from conftest import DEVICE, TINY
 
 from primal_dt.config import load_config
+from primal_dt.evaluate import TargetResult, evaluate, load_policy
 from primal_dt.tasks import dataset_task, resolve_task
-from primal_dt.train import action_loss, start_run
+from primal_dt.train import Trainer, action_loss, start_run
 
 
 def _trainer(task, run_dir: Path, steps: int, *extra: str):
@@ -29,6 +30,13 @@ def _fixed_loss(trainer, batch) -> float:
         )
     trainer.model.train()
     return action_loss(predicted, batch.actions, batch.mask).item()
+
+
+def _evaluate(trainer: Trainer) -> list[TargetResult]:
+    """The trainer's policy evaluated here and now (a run hands this to its evaluation service)."""
+    snapshot = trainer.snapshot()
+    policy = load_policy(snapshot, trainer.device, "the trained policy")
+    return evaluate(policy, snapshot.task, trainer.config.eval.episodes, trainer.config.train.seed)
 
 
 def test_action_loss_falls_well_below_its_start(minari_root, tmp_path) -> None:
@@ -52,6 +60,6 @@ def test_expert_data_beats_random_data_in_the_environment(minari_root, tmp_path)
             "train.batch_size=32",
         )  # fmt: skip
         trainer.run(progress=False)
-        results = trainer.evaluate()  # targets 3600 and 1800, 2 episodes each
+        results = _evaluate(trainer)  # targets 3600 and 1800, 2 episodes each
         returns[name] = np.mean([r.returns for r in results])
     assert returns["expert"] > returns["random"] + 150, returns

@@ -1,4 +1,4 @@
-"""The Decision Transformer (DESIGN.md section 3) with softmax, Primal or mixed attention blocks.
+"""The Decision Transformer (primal_dt/model.py's docstring) with softmax, Primal or mixed attention blocks.
 
 Checked through the whole model: causality at the timestep level (and inside a timestep: a_t is
 predicted before a_t is seen), independence from padded steps, the KSVD loss (zero without Primal

@@ -16,9 +16,9 @@ import pytest
 import torch
 from test_cli import scalars, train_args
 
-from primal_dt.checkpoint import load_checkpoint, save_checkpoint
 from primal_dt.cli import main
 from primal_dt.recording import random_policy, record_episodes, write_dataset
+from primal_dt.run import read_snapshot, write_snapshot
 
 EXACT_TAGS = ("train/action_loss", "train/ksvd_loss", "train/loss", "train/lr", "train/grad_norm")
 
@@ -41,15 +41,15 @@ def test_sigterm_saves_and_resume_equals_an_uninterrupted_run(minari_root, tmp_p
     assert process.wait(timeout=60) == 128 + signal.SIGTERM, "".join(lines)
     message = lines[-1]
     assert "stopped by SIGTERM" in message and f"primal-dt train --resume {killed}" in message
-    stopped_at = load_checkpoint(killed)["step"]
+    stopped_at = read_snapshot(killed).step
     assert 0 < stopped_at < steps, "the signal came too late to test an interruption"
 
     assert main(["train", "--resume", str(killed), "--no-progress"]) == 0
     assert main(train_args(straight, steps, "train.ckpt_every=100000")) == 0
-    a, b = load_checkpoint(straight), load_checkpoint(killed)
-    assert a["step"] == b["step"] == steps
-    for name, tensor in a["model"].items():
-        assert torch.equal(tensor, b["model"][name]), name
+    a, b = read_snapshot(straight), read_snapshot(killed)
+    assert a.step == b.step == steps
+    for name, tensor in a.weights.items():
+        assert torch.equal(tensor, b.weights[name]), name
     logged_a, logged_b = scalars(straight), scalars(killed)
     for tag in EXACT_TAGS:
         assert logged_a[tag] == logged_b[tag], tag
@@ -83,10 +83,10 @@ def test_bad_checkpoints_are_refused_and_left_as_they_were(minari_root, tmp_path
     truncated.write_bytes(good[: len(good) // 2])
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(3)}, foreign)
-    ckpt = load_checkpoint(run_dir)
-    ckpt["task"]["env_id"] = "HalfCheetah-v5"
+    ckpt = read_snapshot(run_dir)
+    ckpt.task.env_id = "HalfCheetah-v5"
     other_env = tmp_path / "other-env.pt"
-    save_checkpoint(other_env, {k: v for k, v in ckpt.items() if k not in ("format", "version")})
+    write_snapshot(other_env, ckpt)
 
     cases = [
         (["eval", "--ckpt", str(truncated)], "not a loadable primal-dt checkpoint"),
@@ -110,11 +110,11 @@ def test_keeps_the_last_checkpoints_and_the_best(minari_root, tmp_path) -> None:
     assert main(train_args(run_dir, 20, *extra)) == 0
     kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert kept == ["step_00000015.pt", "step_00000020.pt"]
-    assert load_checkpoint(run_dir / "checkpoints" / "step_00000015.pt")["step"] == 15
+    assert read_snapshot(run_dir / "checkpoints" / "step_00000015.pt").step == 15
     records = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [10, 20]
     best = max(records, key=lambda r: r["score"])
-    assert load_checkpoint(run_dir / "best.pt")["step"] == best["step"]
+    assert read_snapshot(run_dir / "best.pt").step == best["step"]
 
 
 def test_a_diverging_run_stops_without_saving(minari_root, tmp_path, capsys) -> None:
@@ -214,4 +214,4 @@ def test_divergence_keeps_the_last_good_checkpoint(minari_root, tmp_path) -> Non
     with pytest.raises(TrainingDiverged, match="the last good checkpoint, .*ckpt.pt, is kept"):
         trainer.run(progress=False)
     assert (tmp_path / "run" / "ckpt.pt").read_bytes() == good
-    assert load_checkpoint(tmp_path / "run")["step"] == 10
+    assert read_snapshot(tmp_path / "run").step == 10

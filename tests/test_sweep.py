@@ -17,10 +17,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 from test_cli import scalars
 
-from primal_dt.checkpoint import load_checkpoint
 from primal_dt.cli import main
-from primal_dt.eval_service import read_results
 from primal_dt.report import collect, group, markdown_table
+from primal_dt.results import read_results
+from primal_dt.run import RunDir, read_snapshot
 from primal_dt.spectrum import cumulative_spectrum, mean_cumulative_spectrum, rank_at
 from primal_dt.sweep import sweep_lock, thread_env
 
@@ -87,9 +87,9 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
     assert sum(line.startswith("done ") for line in out.splitlines()) == 8, out
     for name in GRID:
         run_dir = runs / name
-        assert load_checkpoint(run_dir)["step"] == 10, name
-        finals = [r for r in read_results(run_dir) if r.get("final")]
-        assert finals[-1]["step"] == 10 and finals[-1]["episodes"] == 1, name
+        assert read_snapshot(run_dir).step == 10, name
+        finals = [r for r in read_results(RunDir(run_dir)) if r.final]
+        assert finals[-1].step == 10 and finals[-1].episodes == 1, name
         assert (run_dir / "train.log").stat().st_size > 0
         assert (run_dir / "spectrum_windows.pt").exists()  # made by the evaluator
     assert not (stale / "stale.txt").exists()  # cleaned, then trained like the others
@@ -127,7 +127,7 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
     assert "7 finished, 0 to resume, 0 to start, 1 to evaluate" in out, out
     assert "[1/1] hopper-expert/primal-dt-s1: final evaluation" in out
     assert {name: (runs / name / "ckpt.pt").stat().st_mtime_ns for name in GRID} == ckpts
-    assert read_results(lost.parent)[-1]["final"]
+    assert read_results(RunDir(lost.parent))[-1].final
     assert main(grid) == 0
     assert "8 finished, 0 to resume, 0 to start, 0 to evaluate" in capsys.readouterr().out
 
@@ -151,7 +151,7 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
         assert row["seeds"] == "0 1" and row["n_final"] == "2" and row["n_best"] == "2"
         assert row["steps"] == "10" and row["reference_source"].startswith("D4RL reference")
         assert row["dataset_ids"] == f"mujoco/hopper/{row['task'].split('-')[1]}-v0"
-        finals = [read_results(runs / row["task"] / f"{row['config']}-s{s}")[-1]["score"]
+        finals = [read_results(RunDir(runs / row["task"] / f"{row['config']}-s{s}"))[-1].score
                   for s in (0, 1)]  # fmt: skip
         assert float(row["final_mean"]) == pytest.approx(np.mean(finals), abs=1e-4)
         assert float(row["best_mean"]) >= float(row["final_mean"]) - 1e-4
@@ -221,6 +221,6 @@ def test_sweep_on_a_local_ray_instance(minari_root, tmp_path, capsys) -> None:
         .startswith("primal-dt: error: 1 of 2 runs failed (walker2d-medium/primal-dt-s3)")
     )
     run_dir = runs / "hopper-expert" / "primal-dt-s3"
-    assert load_checkpoint(run_dir)["step"] == 10
-    assert read_results(run_dir)[-1]["final"]
+    assert read_snapshot(run_dir).step == 10
+    assert read_results(RunDir(run_dir))[-1].final
     assert json.loads((run_dir / "config.json").read_text())["train"]["seed"] == 3

@@ -1,0 +1,188 @@
+"""Evaluation results: one EvalRecord per evaluation, a line of RUN_DIR/eval.jsonl each.
+
+The evaluator appends records (one write per line, so concurrent writers never interleave); the
+trainer tails the file to print them as they arrive; `primal-dt eval --json`, sweeps and reports
+read them. A line cut short by a crash is skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from primal_dt.data import ReferenceScores
+from primal_dt.run import RunDir, atomic_write
+
+
+@dataclass
+class TargetSummary:
+    """The episodes of one target return: means and spreads of returns and normalised scores."""
+
+    target: float
+    return_mean: float
+    return_std: float
+    normalized_mean: float | None
+    normalized_std: float | None
+    length_mean: float
+    episodes: int
+
+
+@dataclass
+class EvalRecord:
+    """One evaluation of one checkpoint, or (error set) why it could not be evaluated.
+
+    score is the best target's normalised score, or its return where no reference scores are
+    known; best says that this evaluation made the run's best.pt.
+    """
+
+    step: int
+    checkpoint: str
+    task: str = "?"
+    dataset_ids: list[str] = field(default_factory=list)
+    env_id: str = ""
+    episodes: int = 0
+    seed: int = 0
+    final: bool = False
+    reference: ReferenceScores | None = None
+    results: list[TargetSummary] = field(default_factory=list)
+    score: float | None = None
+    seconds: float = 0.0
+    best: bool = False
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"step": self.step, "checkpoint": self.checkpoint, "error": self.error}
+        data = dataclasses.asdict(self)
+        del data["error"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalRecord:
+        if "error" in data:
+            return cls(int(data["step"]), str(data["checkpoint"]), error=str(data["error"]))
+        reference = data.get("reference")
+        return cls(
+            **{**data, "best": bool(data.get("best", False))}
+            | {
+                "reference": ReferenceScores(**reference) if reference else None,
+                "results": [TargetSummary(**s) for s in data["results"]],
+            }
+        )
+
+
+def read_results(run: RunDir) -> list[EvalRecord]:
+    """Every record in eval.jsonl; a line cut short by a crash is skipped."""
+    if not run.results.exists():
+        return []
+    records = []
+    for line in run.results.read_text().splitlines():
+        try:
+            records.append(EvalRecord.from_dict(json.loads(line)))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return records
+
+
+def has_final(run: RunDir, step: int) -> bool:
+    """Whether the run has a final evaluation at `step` or later."""
+    return any(r.final and r.step >= step for r in read_results(run))
+
+
+def append_result(run: RunDir, record: EvalRecord) -> None:
+    """One line, written with a single append so concurrent writers never interleave."""
+    line = (json.dumps(record.to_dict()) + "\n").encode()
+    fd = os.open(run.results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def drop_results_after(run: RunDir, step: int) -> None:
+    """A resumed run trains those steps again, and their evaluations with them."""
+    if run.results.exists():
+        kept = [r for r in read_results(run) if r.step <= step]
+        text = "".join(json.dumps(r.to_dict()) + "\n" for r in kept)
+        atomic_write(run.results, lambda file: file.write(text.encode()))
+
+
+class ResultsTail:
+    """New records of eval.jsonl since the last call: how the trainer hears of evaluations."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.path = run.results
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def new(self) -> list[EvalRecord]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as file:
+            file.seek(self.offset)
+            data = file.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        lines = complete.decode().splitlines()
+        return [EvalRecord.from_dict(json.loads(line)) for line in lines if line.strip()]
+
+
+def describe(record: EvalRecord) -> str:
+    """One line for the progress output."""
+    if record.error is not None:
+        return f"step {record.step}: evaluation failed: {record.error}"
+    parts = []
+    for s in record.results:
+        score = "" if s.normalized_mean is None else f" (normalized {s.normalized_mean:.1f})"
+        parts.append(f"target {s.target:g}: return {s.return_mean:.1f}{score}")
+    kind = "final evaluation" if record.final else "evaluation"
+    return f"step {record.step}: {kind} over {record.episodes} episodes, " + ", ".join(parts)
+
+
+def _mean_std(mean: float | None, std: float | None) -> str:
+    if mean is None or std is None or not math.isfinite(mean):
+        return "n/a"
+    return f"{mean:.1f} ± {std:.1f}"
+
+
+def format_table(records: list[EvalRecord]) -> str:
+    """One table for evaluation records of any runs: a row per checkpoint and target, with the
+    reference scores each normalised score was computed from as numbered notes below it."""
+    header = ["checkpoint", "task", "step", "target", "return", "normalized", "episodes", "ref"]
+    rows, sources = [], []
+    for record in records:
+        ref = record.reference
+        note = "-"
+        if ref is not None:
+            text = f"random {ref.random:.2f}, expert {ref.expert:.2f}: {ref.source}"
+            if text not in sources:
+                sources.append(text)
+            note = f"[{sources.index(text) + 1}]"
+        if record.error is not None:
+            rows.append([record.checkpoint, record.task, str(record.step), "-",
+                         "evaluation failed: " + record.error, "", "", ""])  # fmt: skip
+            continue
+        for s in record.results:
+            rows.append([
+                record.checkpoint, record.task, str(record.step), f"{s.target:.1f}",
+                _mean_std(s.return_mean, s.return_std),
+                _mean_std(s.normalized_mean, s.normalized_std), str(s.episodes), note,
+            ])  # fmt: skip
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    right = {"step", "target", "return", "normalized", "episodes"}
+    lines = [
+        "  ".join(
+            cell.rjust(width) if name in right else cell.ljust(width)
+            for name, cell, width in zip(header, row, widths, strict=True)
+        ).rstrip()
+        for row in [header, *rows]
+    ]
+    lines += [f"[{i}] reference scores: {text}" for i, text in enumerate(sources, 1)]
+    if any(record.reference is None and record.error is None for record in records):
+        lines.append("-: no reference scores known for this environment, no normalised score")
+    trained_on = {(r.task, " + ".join(r.dataset_ids)) for r in records if r.dataset_ids}
+    lines += [f"{task} was trained on {ids}" for task, ids in sorted(trained_on)]
+    return "\n".join(lines)

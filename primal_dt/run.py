@@ -1,0 +1,377 @@
+"""A run directory and the typed records kept in it: one dataclass, one writer and one reader each.
+
+    RUN_DIR/
+      config.json            RunConfig: the task's name, the config's name and the resolved Config
+      ckpt.pt                the latest Snapshot, with the TrainingState that --resume continues
+      checkpoints/step_N.pt  copies of the newest train.keep_checkpoints ckpt.pt files
+      best.pt                the Snapshot of the best evaluation so far
+      eval_queue/step_N.pt   Snapshots with an EvalRequest, waiting for the evaluator
+      eval.jsonl             one EvalRecord per evaluation (results.py)
+      spectrum_windows.pt    the fixed windows the attention spectrum is measured on (spectrum.py)
+      train.log              a sweep run's output (sweep.py)
+      events.out.tfevents.*  TensorBoard
+
+Training writes snapshots; evaluation, the evaluation service, the spectrum, sweeps, reports and
+the command line read them, each with read_snapshot, which checks the file once and returns typed
+fields. A snapshot file is one torch.save'd dictionary of tensors and plain values (numbers,
+strings, lists, dicts), so torch.load(weights_only=True) opens it and a file crafted to run code
+is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+from torch import Tensor
+
+from primal_dt.config import Config, config_from_dict
+from primal_dt.data import ReferenceScores
+from primal_dt.errors import CheckpointError, ConfigError, first_line
+from primal_dt.model import DecisionTransformer
+
+FORMAT = "primal-dt-checkpoint"
+VERSION = 1
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Let `write` fill a temporary file in path's folder, flush it to disk, then rename it over
+    path: a reader, or a crash, only ever sees the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as tmp:
+            write(tmp)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def atomic_copy(source: Path, path: Path) -> None:
+    """An atomic copy (the step checkpoints beside ckpt.pt, best.pt)."""
+    with source.open("rb") as original:
+        atomic_write(path, lambda file: shutil.copyfileobj(original, file))
+
+
+def step_of(path: Path) -> int:
+    """The step in a step_N.pt file name."""
+    return int(path.stem.removeprefix("step_"))
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Where each file of a run lives; the only place the layout above is spelled out."""
+
+    path: Path
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "ckpt.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.path / "best.pt"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def queue(self) -> Path:
+        return self.path / "eval_queue"
+
+    @property
+    def results(self) -> Path:
+        return self.path / "eval.jsonl"
+
+    @property
+    def spectrum_windows(self) -> Path:
+        return self.path / "spectrum_windows.pt"
+
+    @property
+    def log(self) -> Path:
+        return self.path / "train.log"
+
+    def step_checkpoint(self, step: int) -> Path:
+        return self.checkpoints / f"step_{step:08d}.pt"
+
+    def queued(self, step: int) -> Path:
+        return self.queue / f"step_{step:08d}.pt"
+
+    def saved_checkpoints(self) -> list[Path]:
+        return sorted(self.checkpoints.glob("step_*.pt"))
+
+    def queued_snapshots(self) -> list[Path]:
+        return sorted(self.queue.glob("step_*.pt"))
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def run_of(path: Path) -> RunDir:
+    """The run a path names: a run directory, or its ckpt.pt."""
+    return RunDir(path.parent) if RunDir(path.parent).checkpoint == path else RunDir(path)
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Every run directory under root, at any depth: the folders holding a config.json."""
+    return sorted(path.parent for path in root.rglob(RunDir(root).config_file.name))
+
+
+# --- config.json ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RunConfig:
+    """What a run was started with: config.json. `config_name` names the config file it came from
+    (dt, primal-dt, ...), which reports group runs by."""
+
+    task: str
+    config_name: str
+    config: Config
+
+
+def write_run_config(run: RunDir, record: RunConfig) -> None:
+    data = {"task": record.task, "config_name": record.config_name, **record.config.to_dict()}
+    atomic_write(run.config_file, lambda file: file.write(json.dumps(data, indent=2).encode()))
+
+
+def read_run_config(run: RunDir) -> RunConfig:
+    """config.json as a RunConfig; a missing or foreign file is one CheckpointError."""
+    try:
+        data = json.loads(run.config_file.read_text())
+        task, name = data.pop("task"), data.pop("config_name", None)
+        config = config_from_dict(data)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ConfigError) as err:
+        raise CheckpointError(
+            f"{run.config_file} is not a primal-dt run config: {first_line(err)}"
+        ) from None
+    if name is None:  # a run made before config.json named its config: <config>-s<seed>[-<time>]
+        match = re.fullmatch(r"(.+)-s\d+(-\d{8}-\d{6})?", run.path.name)
+        name = match[1] if match else run.path.name
+    return RunConfig(task, name, config)
+
+
+# --- snapshots -----------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskRecord:
+    """The task a policy was trained on, with what evaluating it needs: its environment, the
+    target returns, and the reference scores its normalised scores are computed from."""
+
+    name: str
+    dataset_ids: tuple[str, ...]
+    env_id: str
+    env_kwargs: dict[str, Any]
+    max_episode_steps: int
+    eval_targets: tuple[float, ...]
+    reference: ReferenceScores | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["dataset_ids"], data["eval_targets"] = list(self.dataset_ids), list(self.eval_targets)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TaskRecord:
+        reference = data.get("reference")
+        return cls(
+            name=str(data["name"]),
+            dataset_ids=tuple(data.get("dataset_ids", ())),
+            env_id=str(data["env_id"]),
+            env_kwargs=dict(data["env_kwargs"]),
+            max_episode_steps=int(data["max_episode_steps"]),
+            eval_targets=tuple(float(t) for t in data["eval_targets"]),
+            reference=ReferenceScores(**reference) if reference else None,
+        )
+
+
+@dataclass
+class EvalRequest:
+    """What the trainer asks of the evaluator for a queued snapshot."""
+
+    episodes: int
+    final: bool
+
+
+@dataclass
+class TrainingState:
+    """Everything besides the policy that resuming needs to continue exactly: the optimizer,
+    scheduler, sampler and RNG states, and the loss sums pending for the next log."""
+
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    sampler: dict[str, Tensor]
+    rng_torch: Tensor
+    rng_cuda: list[Tensor]
+    pending_sums: Tensor
+    pending_count: int
+
+
+@dataclass
+class Snapshot:
+    """A policy at one step: the Config, the task, the model's sizes, the state statistics and the
+    weights; with an EvalRequest when it is queued for evaluation, and with the TrainingState
+    when it is a checkpoint to resume from."""
+
+    step: int
+    config: Config
+    task: TaskRecord
+    state_dim: int
+    act_dim: int
+    max_timestep: int
+    state_mean: Tensor
+    state_std: Tensor
+    weights: dict[str, Tensor]
+    request: EvalRequest | None = None
+    training: TrainingState | None = None
+
+    def build_model(self, device: torch.device | str = "cpu") -> DecisionTransformer:
+        """The snapshot's model with its weights, on device."""
+        model = DecisionTransformer(
+            self.config.model, self.state_dim, self.act_dim, self.max_timestep
+        )
+        try:
+            model.load_state_dict(self.weights)
+        except (KeyError, RuntimeError, ValueError) as err:
+            raise CheckpointError(
+                f"the checkpoint of step {self.step} does not match its model: {first_line(err)}"
+            ) from None
+        return model.to(device)
+
+    def eval_request(self) -> EvalRequest:
+        """The queued request, or for a saved checkpoint the run's eval.episodes, not final."""
+        return self.request or EvalRequest(self.config.eval.episodes, final=False)
+
+
+def _payload(snapshot: Snapshot) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "step": snapshot.step,
+        "config": snapshot.config.to_dict(),
+        "task": snapshot.task.to_dict(),
+        "dims": {
+            "state_dim": snapshot.state_dim,
+            "act_dim": snapshot.act_dim,
+            "max_timestep": snapshot.max_timestep,
+        },
+        "state_mean": snapshot.state_mean,
+        "state_std": snapshot.state_std,
+        "model": snapshot.weights,
+    }
+    if snapshot.request is not None:
+        payload["eval"] = dataclasses.asdict(snapshot.request)
+    state = snapshot.training
+    if state is not None:
+        payload["optimizer"] = state.optimizer
+        payload["scheduler"] = state.scheduler
+        payload["sampler"] = state.sampler
+        payload["rng"] = {"torch": state.rng_torch, "cuda": state.rng_cuda}
+        payload["pending_log"] = {"sums": state.pending_sums, "count": state.pending_count}
+    return payload
+
+
+def _snapshot(payload: dict[str, Any]) -> Snapshot:
+    dims, request = payload["dims"], payload.get("eval")
+    training = None
+    if "optimizer" in payload:
+        pending = payload.get("pending_log", {"sums": torch.zeros(3), "count": 0})
+        training = TrainingState(
+            optimizer=payload["optimizer"],
+            scheduler=payload["scheduler"],
+            sampler=payload["sampler"],
+            rng_torch=payload["rng"]["torch"],
+            rng_cuda=list(payload["rng"]["cuda"]),
+            pending_sums=pending["sums"],
+            pending_count=int(pending["count"]),
+        )
+    return Snapshot(
+        step=int(payload["step"]),
+        config=config_from_dict(payload["config"]),
+        task=TaskRecord.from_dict(payload["task"]),
+        state_dim=int(dims["state_dim"]),
+        act_dim=int(dims["act_dim"]),
+        max_timestep=int(dims["max_timestep"]),
+        state_mean=payload["state_mean"],
+        state_std=payload["state_std"],
+        weights=payload["model"],
+        request=EvalRequest(int(request["episodes"]), bool(request["final"])) if request else None,
+        training=training,
+    )
+
+
+def write_snapshot(path: Path, snapshot: Snapshot) -> None:
+    """Save atomically: a crash leaves the previous file or the whole new one."""
+    payload = _payload(snapshot)
+    atomic_write(path, lambda file: torch.save(payload, file))
+
+
+def read_snapshot(path: str | Path, map_location: str | torch.device = "cpu") -> Snapshot:
+    """Load and check a snapshot file, or a run directory's latest checkpoint; any problem is one
+    CheckpointError naming the file."""
+    path = checkpoint_file(path)
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:
+        reason = first_line(err) or type(err).__name__
+        raise CheckpointError(
+            f"{path} is not a loadable primal-dt checkpoint (corrupt, truncated, or holding "
+            f"objects other than tensors and plain values): {reason}"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a primal-dt checkpoint (no '{FORMAT}' marker)")
+    if payload.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path} has checkpoint version {payload.get('version')}, this primal-dt reads {VERSION}"
+        )
+    try:
+        return _snapshot(payload)
+    except KeyError as err:
+        raise CheckpointError(f"{path} is incomplete: missing {err}") from None
+    except (TypeError, ValueError, AttributeError, ConfigError) as err:
+        raise CheckpointError(
+            f"checkpoint {path} does not match this primal-dt: {first_line(err)}"
+        ) from None
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """A checkpoint file, or a run directory's latest checkpoint."""
+    path = Path(path)
+    if path.is_dir():
+        run = RunDir(path)
+        if not run.checkpoint.is_file():
+            raise CheckpointError(
+                f"{path} is not a primal-dt run directory: it has no {run.checkpoint.name}"
+            )
+        return run.checkpoint
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    return path
+
+
+def checkpoints_to_evaluate(path: str | Path, every: bool = False) -> list[Path]:
+    """A checkpoint file; or a run directory's latest checkpoint, or all it keeps (every)."""
+    path = Path(path)
+    if every and path.is_dir():
+        kept = RunDir(path).saved_checkpoints()
+        if kept:
+            return kept
+    return [checkpoint_file(path)]
