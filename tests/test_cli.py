@@ -93,7 +93,9 @@ def test_resume_continues_exactly_where_the_run_stopped(minari_root, tmp_path) -
     assert main(train_args(straight, 30)) == 0
     assert main(train_args(resumed, 15)) == 0
     assert read_snapshot(resumed).step == 15
-    assert main(["train", "--resume", str(resumed), "--steps", "30", "--no-progress"]) == 0
+    # A run is resumed from its directory or, as here, from its ckpt.pt.
+    resume = ["train", "--resume", str(resumed / "ckpt.pt"), "--steps", "30", "--no-progress"]
+    assert main(resume) == 0
     a, b = read_snapshot(straight), read_snapshot(resumed)
     assert b.step == 30
     for name, tensor in a.weights.items():
@@ -116,7 +118,12 @@ def test_console_script_and_errors(minari_root, tmp_path) -> None:
         ("train", "--env", "hopper-medium", "--set", "lr"): "--set expects key=value",
         ("eval", "--ckpt", str(tmp_path / "nothing.pt")): "does not exist",
         ("eval", "--ckpt", str(tmp_path)): "not a primal-dt run directory",
+        ("eval", "--ckpt", str(tmp_path), "--episodes", "0"): "--episodes must be > 0",
     }
+    if not torch.cuda.is_available():  # the error names the option that asked for CUDA
+        cases[("eval", "--ckpt", str(tmp_path), "--device", "cuda")] = (
+            "--device is cuda but no CUDA"
+        )
     for args, message in cases.items():
         result = run(*args)
         assert result.returncode == 2, (args, result.stderr)

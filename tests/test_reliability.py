@@ -147,8 +147,9 @@ def test_config_values_out_of_range_are_refused(minari_root, tmp_path, capsys) -
         "train.device='tpu'": "train.device must be",
         "data.download=3": "data.download must be true or false",
     }
-    if not torch.cuda.is_available():
-        cases["train.device='cuda'"] = "no CUDA device is available"
+    if not torch.cuda.is_available():  # each names the setting that asked for CUDA
+        cases["train.device='cuda'"] = "train.device is cuda but no CUDA device is available"
+        cases["eval.device='cuda'"] = "eval.device is cuda but no CUDA device is available"
     for setting, expected in cases.items():
         args = ["train", "--env", "hopper-medium", "--run-dir", str(tmp_path / "x")]
         assert main([*args, "--set", setting]) == 2, setting
