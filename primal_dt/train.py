@@ -313,8 +313,7 @@ class Trainer:
         stop = stop or StopSignals()
         with stop, ExitStack() as stack:
             live = self._start(stack, progress)
-            if self.step >= cfg.steps and not self.run_dir.queued(self.step).exists():
-                self._queue_evaluation(EvalRequest(self.config.eval.final_episodes, final=True))
+            self._queue_missing_final()
             while self.step < cfg.steps:
                 self.pending += torch.stack(self.train_step(self.sampler.sample(cfg.batch_size)))
                 self.pending_count += 1
@@ -380,6 +379,15 @@ class Trainer:
             self._queue_evaluation(EvalRequest(ev.final_episodes, final=True))
         elif every and self.step % every == 0:
             self._queue_evaluation(EvalRequest(ev.episodes, final=False))
+
+    def _queue_missing_final(self) -> None:
+        """A run resumed at its last step, whose final evaluation never ran, queues only that
+        (unless its snapshot still waits in the queue)."""
+        episodes, run = self.config.eval.final_episodes, self.run_dir
+        if self.step < self.config.train.steps or not episodes or has_final(run, self.step):
+            return
+        if not run.queued(self.step).exists():
+            self._queue_evaluation(EvalRequest(episodes, final=True))
 
     def _queue_evaluation(self, request: EvalRequest) -> None:
         self._check_finite()  # never evaluate a diverged model
