@@ -250,29 +250,69 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
     report.set_defaults(func=_report)
 
 
+def _train_epilog() -> str:
+    """The tasks and configs `train` knows, for its --help."""
+    from primal_dt.resources import resource_dir
+
+    envs = ", ".join(sorted(p.stem for p in resource_dir("envs").glob("*.toml")))
+    configs = ", ".join(sorted(p.stem for p in resource_dir("configs").glob("*.toml")))
+    return (
+        f"tasks: <env>-<quality>, env one of {envs}; quality one of simple, medium, expert, "
+        f"medium-expert, or one made locally or bundled (primal-dt datasets list shows them, "
+        f"e.g. hopper-bundled)\nconfigs: {configs} (configs/*.toml), or a .toml file"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from primal_dt import __version__
+    from primal_dt.config import Config
+
     parser = argparse.ArgumentParser(
         prog="primal-dt",
         description="Decision Transformer with masked Primal-Attention for offline RL on Minari.",
     )
+    try:
+        installed = version("primal-dt")
+    except PackageNotFoundError:  # run from a source checkout that is not installed
+        installed = __version__
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="train on a task or Minari dataset")
-    train.add_argument("--env", metavar="TASK", help="task, e.g. halfcheetah-medium")
+    defaults = Config()
+    train = commands.add_parser(
+        "train", help="train on a task or Minari dataset", epilog=_train_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    train.add_argument("--env", metavar="TASK", help="task, e.g. halfcheetah-medium (see below)")
     train.add_argument("--dataset", metavar="ID", help="any Minari dataset id instead of --env")
-    train.add_argument("--config", metavar="FILE", help="config name (dt, primal-dt) or .toml file")
-    train.add_argument("--steps", type=int, help="training steps (train.steps)")
-    train.add_argument("--seed", type=int, help="random seed (train.seed)")
-    train.add_argument("--device", help="auto, cpu, cuda or cuda:N (train.device)")
-    train.add_argument("--run-dir", metavar="DIR", help="where logs and checkpoints go")
+    train.add_argument(
+        "--config", metavar="FILE", help="config name (dt, primal-dt) or .toml file (primal-dt)"
+    )
+    train.add_argument(
+        "--steps", type=int, help=f"training steps (train.steps, default {defaults.train.steps})"
+    )
+    train.add_argument(
+        "--seed", type=int, help=f"random seed (train.seed, default {defaults.train.seed})"
+    )
+    train.add_argument(
+        "--device",
+        help=f"auto, cpu, cuda or cuda:N (train.device, default {defaults.train.device})",
+    )
+    train.add_argument(
+        "--run-dir", metavar="DIR", help="where it writes (runs/<task>/<config>-s<seed>-<time>)"
+    )
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (or from its ckpt.pt)"
     )
     train.add_argument("--offline", action="store_true", help="never download datasets")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument(
-        "--final-episodes", type=int, help="episodes per target at the end (eval.final_episodes)"
-    )
+        "--final-episodes", type=int,
+        help=f"episodes per target at the end (eval.final_episodes, default "
+        f"{defaults.eval.final_episodes}; 0: none)",
+    )  # fmt: skip
     train.add_argument(
         "--compile", action="store_true", help="torch.compile the model (train.compile)"
     )
@@ -319,8 +359,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except PrimalDTError as err:
-        print(f"primal-dt: error: {err}", file=sys.stderr)
+        print(f"primal-dt: {err.label}: {err}", file=sys.stderr)
         return err.exit_code
+    except OSError as err:  # a read-only or full file system, a path through a file...
+        where = f": {err.filename}" if err.filename else ""
+        print(f"primal-dt: error: {err.strerror or err}{where}; check that the path is "
+              f"writable and the disk has space", file=sys.stderr)  # fmt: skip
+        return 2
     except KeyboardInterrupt:
         print("primal-dt: interrupted", file=sys.stderr)
         return 130

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import tomllib
 import types
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from primal_dt.errors import ConfigError
+from primal_dt.errors import ConfigError, did_you_mean
 from primal_dt.resources import resource_dir
 
 PRIMAL_BLOCK_CHOICES = ("none", "last", "all")
@@ -103,6 +104,8 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         check_device_name(self.device, "train.device")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"train.seed must be in 0..{2**32 - 1}, got {self.seed}")
         if self.compile_mode not in COMPILE_MODES:
             raise ConfigError(
                 f"train.compile_mode must be one of {', '.join(COMPILE_MODES)}, "
@@ -156,12 +159,24 @@ class Config:
     primal_rank_by_task: dict[str, int] = field(default_factory=dict)
 
     def validate(self) -> Config:
-        for section in (self.model, self.train, self.eval, self.data):
+        for name in ("model", "train", "eval", "data"):
+            section = getattr(self, name)
+            _finite(section, name)
             section.validate()
         return self
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _finite(section: Any, prefix: str) -> None:
+    """No NaN or infinity in any number of a section (nan > 0 is False, inf > 0 is True: the
+    range checks alone would let inf through, to fail later as a diverged run)."""
+    for item in dataclasses.fields(section):
+        value = getattr(section, item.name)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise ConfigError(f"{prefix}.{item.name} must be a finite number, got {value}")
 
 
 def _positive(section: Any, prefix: str, *names: str) -> None:
@@ -218,8 +233,11 @@ def _apply(target: Any, values: dict[str, Any], prefix: str) -> None:
     for name, value in values.items():
         key = f"{prefix}{name}"
         if name not in hints:
-            known = ", ".join(f"{prefix}{n}" for n in hints)
-            raise ConfigError(f"unknown config key {key!r}; known keys: {known}")
+            known = [f"{prefix}{n}" for n in hints]
+            raise ConfigError(
+                f"unknown config key {key!r}{did_you_mean(key, known)}; known keys: "
+                f"{', '.join(known)}"
+            )
         current = getattr(target, name)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -232,14 +250,17 @@ def _apply(target: Any, values: dict[str, Any], prefix: str) -> None:
 def named_config_path(name_or_path: str) -> Path:
     """A config given as a file path, or by name from the packaged configs/ (e.g. "dt")."""
     path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
+    if path.suffix == ".toml" or path.is_file():
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
         return path
     packaged = resource_dir("configs") / f"{name_or_path}.toml"
     if not packaged.is_file():
         known = sorted(p.stem for p in resource_dir("configs").glob("*.toml"))
-        raise ConfigError(f"unknown config {name_or_path!r}; use a .toml file or one of {known}")
+        raise ConfigError(
+            f"unknown config {name_or_path!r}{did_you_mean(name_or_path, known)}; use a .toml "
+            f"file or one of {known}"
+        )
     return packaged
 
 

@@ -85,7 +85,7 @@ def _check_download_possible(dataset_id: str, where: str) -> None:
     if importlib.util.find_spec("huggingface_hub") is None:
         raise DatasetError(
             f"dataset {dataset_id} is not in {where}, and downloading it needs Minari's Hugging Face "
-            f"support: pip install 'primal-dt[download]' (or copy the dataset folder there)"
+            f"support: pip install 'minari[hf]' (or copy the dataset folder there)"
         )
     remote = os.environ.get("MINARI_REMOTE", "hf://farama-minari")
     if remote.startswith("hf://"):

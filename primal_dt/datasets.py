@@ -131,7 +131,7 @@ def format_list(rows: list[Listed]) -> str:
         )
     lines += [
         f"Minari root: {minari_root()} (set MINARI_DATASETS_PATH to change it)",
-        "downloadable: primal-dt datasets download ID (needs the network and primal-dt[download])",
+        "downloadable: primal-dt datasets download ID (needs the network and minari[hf])",
         "make more: primal-dt datasets make --env ENV --recipe " + "|".join(RECIPES),
     ]
     return "\n".join(lines)

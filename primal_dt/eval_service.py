@@ -28,7 +28,15 @@ from primal_dt.device import resolve_device
 from primal_dt.errors import PrimalDTError, first_line
 from primal_dt.evaluate import EvalOptions, evaluate_snapshot, load_policy
 from primal_dt.results import EvalRecord, append_result, describe, read_results
-from primal_dt.run import RunDir, Snapshot, atomic_copy, read_snapshot, step_of, write_snapshot
+from primal_dt.run import (
+    RunDir,
+    RunLock,
+    Snapshot,
+    atomic_copy,
+    read_snapshot,
+    step_of,
+    write_snapshot,
+)
 
 
 def queue_snapshot(run: RunDir, snapshot: Snapshot) -> Path:
@@ -180,11 +188,15 @@ def watch(
     appear, until interrupted (or until stop() says so)."""
     if not run_dir.is_dir():
         raise PrimalDTError(f"--watch: run directory {run_dir} does not exist")
+    lock = RunLock(RunDir(run_dir), "eval").acquire()  # one evaluator per run
     log(f"watching {run_dir} for checkpoints (Ctrl-C stops)")
-    with Evaluator(RunDir(run_dir), options, device, log) as evaluator:
-        while not stop():
-            if not evaluator.evaluate_queue() + evaluator.evaluate_new_checkpoints():
-                time.sleep(poll_seconds)
+    try:
+        with Evaluator(RunDir(run_dir), options, device, log) as evaluator:
+            while not stop():
+                if not evaluator.evaluate_queue() + evaluator.evaluate_new_checkpoints():
+                    time.sleep(poll_seconds)
+    finally:
+        lock.release()
 
 
 class EvalService:

@@ -8,6 +8,7 @@ head's output), so a seed fixes every return.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -295,6 +296,8 @@ class EvalOptions:
             raise ConfigError(f"--episodes must be > 0, got {self.episodes}")
         if self.workers < 0:
             raise ConfigError(f"--workers must be >= 0, got {self.workers}")
+        if any(not math.isfinite(target) for target in self.targets or ()):
+            raise ConfigError(f"--targets must be finite returns, got {self.targets}")
         check_device_name(self.device, "--device")
         return self
 

@@ -21,6 +21,7 @@ is refused.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import re
@@ -36,19 +37,27 @@ from torch import Tensor
 
 from primal_dt.config import Config, config_from_dict
 from primal_dt.data import ReferenceScores
-from primal_dt.errors import CheckpointError, ConfigError, first_line
+from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError, first_line
 from primal_dt.model import DecisionTransformer
 
 FORMAT = "primal-dt-checkpoint"
 VERSION = 1
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Let `write` fill a temporary file in path's folder, flush it to disk, then rename it over
-    path: a reader, or a crash, only ever sees the old file or the whole new one."""
+    path: a reader, or a crash, only ever sees the old file or the whole new one. The file gets
+    the umask's mode, as any other file would (mkstemp's own is 0600: unreadable by others)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(handle, 0o666 & ~_umask())
         with os.fdopen(handle, "wb") as tmp:
             write(tmp)
             tmp.flush()
@@ -57,6 +66,12 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def remove_temporaries(path: Path) -> None:
+    """Remove what atomic writes of `path` left behind when killed between write and rename."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
 
 
 def atomic_copy(source: Path, path: Path) -> None:
@@ -132,6 +147,59 @@ def run_of(path: Path) -> RunDir:
 def find_runs(root: Path) -> list[Path]:
     """Every run directory under root, at any depth: the folders holding a config.json."""
     return sorted(path.parent for path in root.rglob(RunDir(root).config_file.name))
+
+
+class RunBusy(PrimalDTError):
+    """Another process writes to this run directory."""
+
+
+class RunLock:
+    """One writer of each kind per run directory: the trainer (`train`, `--resume`) takes the
+    "train" lock, the evaluator (the service a trainer starts, or `eval --watch`) the "eval" lock.
+    The operating system releases a lock when its process dies, so a killed run never leaves its
+    directory locked. Readers (`eval --ckpt`, `report`) take none."""
+
+    def __init__(self, run: RunDir, role: str) -> None:
+        self.run, self.role = run, role
+        self.path = run.path / f".{role}.lock"
+        self._file: Any = None
+
+    def acquire(self) -> RunLock:
+        """Take the lock (again a no-op while held); a held one is a RunBusy naming its holder."""
+        if self._file is not None:
+            return self
+        self.run.path.mkdir(parents=True, exist_ok=True)
+        file = self.path.open("a+")
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            file.seek(0)
+            holder = file.read().strip() or "?"
+            file.close()
+            raise RunBusy(
+                f"{self.run} is in use: process {holder} is its {self.role} writer; wait for it to "
+                f"end (or stop it), or use another run directory"
+            ) from None
+        file.truncate(0)
+        file.write(str(os.getpid()))
+        file.flush()
+        self._file = file
+        for path in self._writes():  # no writer of ours is left to finish these
+            remove_temporaries(path)
+        return self
+
+    def _writes(self) -> list[Path]:
+        """What this role writes atomically (step_* stands for any step)."""
+        run = self.run
+        if self.role == "train":
+            steps = [run.checkpoints / "step_*.pt", run.queue / "step_*.pt"]
+            return [run.config_file, run.checkpoint, run.results, *steps]
+        return [run.best, run.spectrum_windows]
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 # --- config.json ---------------------------------------------------------------------------------

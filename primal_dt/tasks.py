@@ -20,7 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from primal_dt.errors import TaskError
+from primal_dt.errors import TaskError, did_you_mean
 from primal_dt.resources import resource_dir
 from primal_dt.sources import find_dataset, is_local_id, local_id, local_qualities
 
@@ -127,7 +127,8 @@ def resolve_task(name: str) -> Task:
         )
     if env is None or quality not in qualities:
         raise TaskError(
-            f"unknown task {name!r}: a task is <env>-<quality> with env one of "
+            f"unknown task {name!r}{did_you_mean(name, task_names())}: a task is "
+            f"<env>-<quality> with env one of "
             f"{', '.join(envs)} and quality one of simple, medium, expert, medium-expert or one "
             f"made locally (primal-dt datasets list shows them; e.g. halfcheetah-medium, "
             f"hopper-bundled), or pass --dataset ID to train on any Minari dataset"

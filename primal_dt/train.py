@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from primal_dt.run import (
     EvalRequest,
     RunConfig,
     RunDir,
+    RunLock,
     Snapshot,
     TaskRecord,
     TrainingState,
@@ -56,6 +57,8 @@ class TrainingDiverged(PrimalDTError):
 
 class TrainingInterrupted(PrimalDTError):
     """SIGINT or SIGTERM stopped the run after saving a checkpoint."""
+
+    label = "stopped"
 
     def __init__(self, message: str, signum: int) -> None:
         super().__init__(message)
@@ -151,8 +154,14 @@ class Trainer:
     # The module the training step calls: the model, or its torch.compile'd wrapper (which
     # shares its parameters; checkpoints always save the plain model's state_dict).
     forward_model: torch.nn.Module | None = None
+    # The run directory's writer locks: the trainer's, and the evaluator's where our own
+    # evaluation process is the evaluator (eval.service = "process").
+    locks: list[RunLock] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.locks = [RunLock(self.run_dir, "train")]
+        if evaluates(self.config) and self.config.eval.service == "process":
+            self.locks.append(RunLock(self.run_dir, "eval"))
         if self.pending is None:
             self.pending = torch.zeros(3, device=self.device)
         if self.forward_model is None:
@@ -197,6 +206,15 @@ class Trainer:
         return cls(
             config, data, run, device, model, optimizer, scheduler, sampler, state_mean, state_std
         )
+
+    def hold(self) -> None:
+        """Take the run directory's locks (see RunLock): a second writer is refused."""
+        for lock in self.locks:
+            lock.acquire()
+
+    def release(self) -> None:
+        for lock in self.locks:
+            lock.release()
 
     # --- snapshots and checkpoints -----------------------------------------------------------
 
@@ -312,6 +330,8 @@ class Trainer:
         cfg = self.config.train
         stop = stop or StopSignals()
         with stop, ExitStack() as stack:
+            self.hold()
+            stack.callback(self.release)
             live = self._start(stack, progress)
             self._queue_missing_final()
             while self.step < cfg.steps:
@@ -475,7 +495,11 @@ def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "def
             f"or choose another --run-dir"
         )
     data = load_task_data(task, config.data.download)
-    trainer = Trainer.create(config, data, run_dir)
+    trainer = Trainer.create(config, data, run_dir)  # everything is checked: now write
+    trainer.hold()
+    if run.checkpoint.exists():  # another train got here first
+        trainer.release()
+        raise CheckpointError(f"{run_dir} already holds a run; choose another --run-dir")
     write_run_config(run, RunConfig(task.name, config_name, config))
     return trainer
 
@@ -499,6 +523,7 @@ def resume_run(path: Path, steps: int | None = None, download: bool | None = Non
         )
     trainer = Trainer.create(config, data, run.path)
     trainer.restore(snapshot)
+    trainer.hold()
     drop_results_after(run, trainer.step)
     final_missing = config.eval.final_episodes and not has_final(run, trainer.step)
     if trainer.step >= config.train.steps and not final_missing:
