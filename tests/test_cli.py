@@ -111,6 +111,9 @@ def test_console_script_and_errors(minari_root, tmp_path) -> None:
 
     cases = {
         ("train", "--env", "halfcheetah-mediocre"): "unknown task 'halfcheetah-mediocre'",
+        ("train", "--env", "halfcheeta-medium"): "(did you mean 'halfcheetah-medium'?)",
+        ("train", "--env", "hopper-medium", "--config", "primal_dt"): "(did you mean 'primal-dt'?)",
+        ("train", "--env", "hopper-medium", "--set", "train.lrr=1"): "(did you mean 'train.lr'?)",
         ("train", "--env", "walker2d-medium", "--offline"): "mujoco/walker2d/medium-v0 not found",
         ("train", "--env", "hopper-medium", "--set", "train.nope=1"): "unknown config key",
         ("train", "--env", "hopper-medium", "--set", "train.lr=fast"): "train.lr must be a number",
@@ -131,6 +134,12 @@ def test_console_script_and_errors(minari_root, tmp_path) -> None:
         assert lines[-1].startswith("primal-dt: error: "), (args, result.stderr)
         assert message in lines[-1], (args, lines[-1])
         assert "Traceback" not in result.stderr
+
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout.strip() == "primal-dt 0.1.0"
+    usage = run("train", "--help").stdout
+    assert "train.steps, default 100000" in usage and "hopper-bundled" in usage
+    assert "configs: dt, primal-dt" in usage
 
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes(b"not a checkpoint at all")

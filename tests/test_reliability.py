@@ -40,6 +40,7 @@ def test_sigterm_saves_and_resume_equals_an_uninterrupted_run(minari_root, tmp_p
     lines += process.stderr.readlines()
     assert process.wait(timeout=60) == 128 + signal.SIGTERM, "".join(lines)
     message = lines[-1]
+    assert message.startswith("primal-dt: stopped: ")  # a requested stop, not an error
     assert "stopped by SIGTERM" in message and f"primal-dt train --resume {killed}" in message
     stopped_at = read_snapshot(killed).step
     assert 0 < stopped_at < steps, "the signal came too late to test an interruption"
@@ -216,3 +217,77 @@ def test_divergence_keeps_the_last_good_checkpoint(minari_root, tmp_path) -> Non
         trainer.run(progress=False)
     assert (tmp_path / "run" / "ckpt.pt").read_bytes() == good
     assert read_snapshot(tmp_path / "run").step == 10
+
+
+def test_a_run_directory_has_one_writer_and_a_killed_one_leaves_no_lock(
+    minari_root, tmp_path
+) -> None:
+    run_dir = tmp_path / "run"
+    args = train_args(run_dir, 100_000, "train.ckpt_every=5", "eval.final_episodes=1")
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "primal_dt.cli", *args], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        for line in writer.stderr:
+            if line.startswith("run directory:"):
+                break
+        deadline = time.monotonic() + 60
+        while not (run_dir / "ckpt.pt").exists():
+            assert time.monotonic() < deadline and writer.poll() is None, "no checkpoint"
+            time.sleep(0.2)
+        busy = f"{run_dir} is in use: process {writer.pid} is its"
+        for second in (["train", "--resume", str(run_dir), "--no-progress"],
+                       ["eval", "--watch", str(run_dir), "--device", "cpu"]):  # fmt: skip
+            result = subprocess.run(
+                [sys.executable, "-m", "primal_dt.cli", *second], capture_output=True, text=True
+            )
+            assert result.returncode == 2, result.stderr
+            (line,) = result.stderr.strip().splitlines()
+            assert (
+                busy in line and ("train writer" if second[0] == "train" else "eval writer") in line
+            )
+        assert writer.poll() is None  # the first writer goes on undisturbed
+    finally:
+        writer.kill()
+        writer.wait()
+    # SIGKILL: the OS released the locks; what an atomic write left half-done is removed.
+    stale = run_dir / ".ckpt.pt.abc123.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    step = read_snapshot(run_dir).step
+    resume = ["train", "--resume", str(run_dir), "--steps", str(step + 5), "--no-progress"]
+    assert main(resume) == 0
+    assert read_snapshot(run_dir).step == step + 5
+    assert not stale.exists()
+
+
+def test_bad_values_give_one_line_and_write_nothing(minari_root, tmp_path, capsys) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    cases = [
+        (["--seed", "-1"], "train.seed must be in 0..4294967295, got -1"),
+        (["--seed", "4294967296"], "train.seed must be in 0..4294967295"),
+        (["--set", "train.lr=nan"], "train.lr must be a finite number, got nan"),
+        (["--set", "train.lr=inf"], "train.lr must be a finite number, got inf"),
+        (["--set", "eval.targets=[1800.0, nan]"], "eval.targets must be a finite number"),
+    ]
+    for extra, expected in cases:
+        assert main(train_args(tmp_path / "x", 5) + extra) == 2, extra
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("primal-dt: error: ") and expected in line, (extra, line)
+    assert not (tmp_path / "x").exists()
+    # A run directory that cannot be made (here: inside a file) is one line naming the path.
+    assert main(train_args(blocker / "run", 5)) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("primal-dt: error: ") and str(blocker) in line
+    assert main(["eval", "--ckpt", str(tmp_path), "--targets", "nan"]) == 2
+    assert "--targets must be finite returns" in capsys.readouterr().err
+
+
+def test_files_follow_the_umask(minari_root, tmp_path) -> None:
+    previous = os.umask(0o022)
+    try:
+        assert main(train_args(tmp_path / "run", 5, "train.ckpt_every=5")) == 0
+    finally:
+        os.umask(previous)
+    for name in ("ckpt.pt", "config.json", "checkpoints/step_00000005.pt"):
+        assert (tmp_path / "run" / name).stat().st_mode & 0o777 == 0o644, name
