@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import torch
 from torch import Tensor
@@ -149,6 +149,24 @@ def find_runs(root: Path) -> list[Path]:
     return sorted(path.parent for path in root.rglob(RunDir(root).config_file.name))
 
 
+def lock_file(path: Path) -> tuple[IO[str] | None, str]:
+    """An exclusive lock on the file at path, with this process's pid written in it: (the open
+    file, which holds the lock until closed or until the process dies, ""), or (None, the holder's
+    pid) where another process holds it."""
+    file = path.open("a+")
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.seek(0)
+        holder = file.read().strip() or "?"
+        file.close()
+        return None, holder
+    file.truncate(0)
+    file.write(str(os.getpid()))
+    file.flush()
+    return file, ""
+
+
 class RunBusy(PrimalDTError):
     """Another process writes to this run directory."""
 
@@ -169,20 +187,12 @@ class RunLock:
         if self._file is not None:
             return self
         self.run.path.mkdir(parents=True, exist_ok=True)
-        file = self.path.open("a+")
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            file.seek(0)
-            holder = file.read().strip() or "?"
-            file.close()
+        file, holder = lock_file(self.path)
+        if file is None:
             raise RunBusy(
                 f"{self.run} is in use: process {holder} is its {self.role} writer; wait for it to "
                 f"end (or stop it), or use another run directory"
-            ) from None
-        file.truncate(0)
-        file.write(str(os.getpid()))
-        file.flush()
+            )
         self._file = file
         for path in self._writes():  # no writer of ours is left to finish these
             remove_temporaries(path)

@@ -33,7 +33,7 @@ from typing import Any
 from primal_dt.config import Config, load_config, named_config_path, option_overrides
 from primal_dt.errors import PrimalDTError, first_line
 from primal_dt.results import has_final, read_results
-from primal_dt.run import RunDir, find_runs, read_snapshot
+from primal_dt.run import RunDir, find_runs, lock_file, read_snapshot
 from primal_dt.tasks import resolve_task
 
 # Settings that change how a run is executed, not what it computes: a sweep may differ in these
@@ -437,20 +437,13 @@ def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list
 @contextmanager
 def sweep_lock(runs_dir: Path) -> Iterator[None]:
     """One sweep at a time per runs directory: a second one would restart the first one's runs."""
-    import fcntl
-
-    with (runs_dir / ".sweep.lock").open("a+") as file:
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            file.seek(0)
-            raise SweepError(
-                f"another sweep (pid {file.read().strip() or '?'}) is running in {runs_dir}; wait "
-                f"for it to end or use another --runs-dir"
-            ) from None
-        file.truncate(0)
-        file.write(str(os.getpid()))
-        file.flush()
+    file, holder = lock_file(runs_dir / ".sweep.lock")
+    if file is None:
+        raise SweepError(
+            f"another sweep (pid {holder}) is running in {runs_dir}; wait for it to end or use "
+            f"another --runs-dir"
+        )
+    with file:
         yield
 
 
