@@ -24,6 +24,7 @@ from primal_dt.errors import ConfigError, did_you_mean
 from primal_dt.resources import resource_dir
 
 PRIMAL_BLOCK_CHOICES = ("none", "last", "all")
+PRECISIONS = ("auto", "bf16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -90,6 +91,8 @@ class TrainConfig:
     # torch.compile the model for training (static shapes: every batch is batch_size x K).
     compile: bool = False
     compile_mode: str = "default"  # torch.compile mode: default, reduce-overhead, max-autotune
+    # "auto": bf16 autocast on CUDA, float32 on a CPU; "bf16" or "fp32" force one (device.py).
+    precision: str = "auto"
 
     def validate(self) -> None:
         _positive(self, "train", "steps", "batch_size", "log_every", "ckpt_every")
@@ -106,6 +109,10 @@ class TrainConfig:
         check_device_name(self.device, "train.device")
         if not 0 <= self.seed < 2**32:
             raise ConfigError(f"train.seed must be in 0..{2**32 - 1}, got {self.seed}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(
+                f"train.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
+            )
         if self.compile_mode not in COMPILE_MODES:
             raise ConfigError(
                 f"train.compile_mode must be one of {', '.join(COMPILE_MODES)}, "

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from primal_dt.config import check_device_name
+from primal_dt.device import autocast
 from primal_dt.errors import CheckpointError, ConfigError
 from primal_dt.model import DecisionTransformer
 from primal_dt.results import EvalRecord, TargetSummary
@@ -55,6 +56,7 @@ class Policy:
     state_std: torch.Tensor
     return_scale: float
     device: torch.device
+    precision: str = "auto"  # the run's train.precision: it acts as it was trained
 
     @property
     def context_len(self) -> int:
@@ -127,7 +129,6 @@ def rollout(
         lengths = np.zeros(len(jobs), dtype=np.int64)
         positions = torch.arange(k, device=device)
         low, high = envs.single_action_space.low, envs.single_action_space.high
-        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
         while (job_of >= 0).any():
             # Slide every window one step left and put the new step in its last row.
             states, actions, rtg = states.roll(-1, 1), actions.roll(-1, 1), rtg.roll(-1, 1)
@@ -137,7 +138,7 @@ def rollout(
             rtg[:, -1] = remaining
             timesteps = (t[:, None] - (k - 1) + positions).clamp(min=0)
             mask = positions[None, :] >= (k - 1 - t)[:, None]
-            with autocast:
+            with autocast(policy.precision, device):
                 action = model.act(states, actions, rtg, timesteps, mask).float()
             actions[:, -1] = action
             obs, reward, terminated, truncated, _ = envs.step(
@@ -262,6 +263,7 @@ def load_policy(snapshot: Snapshot, device: torch.device, what: str) -> Policy:
         state_std=snapshot.state_std.to(device),
         return_scale=snapshot.config.train.return_scale,
         device=device,
+        precision=snapshot.config.train.precision,
     )
 
 

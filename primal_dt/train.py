@@ -3,8 +3,8 @@ eta times the KSVD loss, with TensorBoard logs, resumable checkpoints, and evalu
 separate process (eval_service) so the loop never waits for rollouts.
 
 The dataset lives on the training device and batches are sampled there; the loop reads values
-back to the host only at logging, evaluation and checkpoint steps. On CUDA it runs under bf16
-autocast with fused AdamW.
+back to the host only at logging, evaluation and checkpoint steps. Matrix products run in bf16
+under autocast on CUDA (train.precision), and AdamW is fused wherever torch has it (device.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from primal_dt.config import Config
 from primal_dt.data import Batch, TaskData, WindowSampler, load_task_data
-from primal_dt.device import resolve_device
+from primal_dt.device import adamw, autocast, resolve_device
 from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError, first_line
 from primal_dt.eval_service import EvalService, queue_snapshot
 from primal_dt.evaluate import EvalOptions
@@ -183,11 +183,8 @@ class Trainer:
         model = DecisionTransformer(
             config.model, data.state_dim, data.act_dim, max(data.max_episode_steps, longest)
         ).to(device)
-        optimizer = torch.optim.AdamW(
-            model.parameters(),
-            lr=config.train.lr,
-            weight_decay=config.train.weight_decay,
-            fused=device.type == "cuda",
+        optimizer = adamw(
+            model.parameters(), device, lr=config.train.lr, weight_decay=config.train.weight_decay
         )
         warmup = config.train.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -302,10 +299,7 @@ class Trainer:
     def train_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One optimiser step; returns (action loss, KSVD loss, gradient norm) as device tensors."""
         cfg = self.config.train
-        autocast = torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"
-        )
-        with autocast:
+        with autocast(cfg.precision, self.device):
             predicted, ksvd = self.forward_model(
                 batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask
             )

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
-from conftest import DEVICE
+from conftest import DEVICE, TINY
+from test_cli import scalars, train_args
 from test_learning import _trainer
 
+from primal_dt.cli import main
+from primal_dt.config import load_config
+from primal_dt.device import autocast
+from primal_dt.model import DecisionTransformer
+from primal_dt.run import read_snapshot
 from primal_dt.tasks import resolve_task
 
 # On CUDA also the mode gpu_check.sh times, which replays CUDA graphs (the same as default on CPU).
@@ -51,3 +59,57 @@ def test_training_steps_never_wait_for_the_gpu(minari_root, tmp_path) -> None:
             trainer.pending += torch.stack(trainer.train_step(trainer.sampler.sample(16)))
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_bf16_training_trains_stays_finite_and_resumes_exactly(minari_root, tmp_path) -> None:
+    """train.precision = "bf16" runs the GPU's mixed-precision path on whatever device the tests
+    use (the CPU in CI), with the fused AdamW that torch has there too."""
+    bf16 = ('train.precision="bf16"', "train.lr=1e-3")
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert main(train_args(straight, 40, *bf16)) == 0
+    losses = [value for _, value in scalars(straight)["train/action_loss"]]
+    assert all(math.isfinite(v) for tag in ("train/loss", "train/ksvd_loss", "train/grad_norm")
+               for _, v in scalars(straight)[tag])  # fmt: skip
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert main(train_args(resumed, 20, *bf16)) == 0
+    assert main(["train", "--resume", str(resumed), "--steps", "40", "--no-progress"]) == 0
+    a, b = read_snapshot(straight), read_snapshot(resumed)
+    assert a.config.train.precision == "bf16" and b.step == 40
+    for name, tensor in a.weights.items():
+        assert torch.equal(tensor, b.weights[name]), name
+    assert scalars(straight)["train/action_loss"] == scalars(resumed)["train/action_loss"]
+
+    trainer = _trainer(resolve_task("hopper-medium"), tmp_path / "fused", 1)
+    assert trainer.optimizer.defaults["fused"]  # torch has a fused AdamW for the test device
+
+
+def test_bf16_autocast_keeps_the_ksvd_sums_in_float32() -> None:
+    """Under bf16 autocast the scores e and r are bf16, but the KSVD loss sums them in float32:
+    it equals a float64 sum over those same bf16 scores to float32 precision (a bf16 sum would
+    be off by about 1e-2)."""
+    torch.manual_seed(0)
+    config = load_config(None, [*TINY, 'model.primal_blocks="last"']).model
+    model = DecisionTransformer(config, 11, 3, 1000).to(DEVICE)
+    attn = model.blocks[-1].attn
+    captured, scores = {}, attn.scores
+
+    def keep(*args: object, **kwargs: object) -> torch.Tensor:
+        captured["scores"] = scores(*args, **kwargs)
+        return captured["scores"]
+
+    attn.scores = keep
+    states, actions = torch.randn(4, 5, 11, device=DEVICE), torch.randn(4, 5, 3, device=DEVICE)
+    rtg, timesteps = torch.randn(4, 5, device=DEVICE), torch.arange(5, device=DEVICE).expand(4, 5)
+    mask = torch.ones(4, 5, dtype=torch.bool, device=DEVICE)
+    mask[0, :2] = False  # some padding
+    with autocast("bf16", torch.device(DEVICE)):
+        predicted, ksvd = model(states, actions, rtg, timesteps, mask)
+    assert predicted.dtype == torch.bfloat16 and captured["scores"].dtype == torch.bfloat16
+    assert ksvd.dtype == torch.float32
+    e_r = captured["scores"].double()  # (B, 3K, H, 2, s)
+    valid = mask.repeat_interleave(3, dim=1).double()
+    lam = attn.lam.detach().double()[None, None, :, None, :]
+    energy = ((lam * e_r) ** 2).sum(dim=(2, 3, 4)) * valid
+    trace = (attn.we.double() * attn.wr.double()).sum(dim=(1, 2)).mean()
+    j = 0.5 * energy.sum(1) / (valid.sum(1) * config.n_head) - trace
+    torch.testing.assert_close(ksvd.double(), (j**2).mean().detach(), rtol=1e-5, atol=1e-7)
