@@ -355,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from primal_dt.cpu import quiet_waits
+
+    quiet_waits()  # before anything imports torch
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -93,6 +93,9 @@ class TrainConfig:
     compile_mode: str = "default"  # torch.compile mode: default, reduce-overhead, max-autotune
     # "auto": bf16 autocast on CUDA, float32 on a CPU; "bf16" or "fp32" force one (device.py).
     precision: str = "auto"
+    # CPU threads for training; 0: automatic (cpu.py: OMP_NUM_THREADS, else one per usable core,
+    # one fewer while our own evaluation process evaluates on the same CPU).
+    threads: int = 0
 
     def validate(self) -> None:
         _positive(self, "train", "steps", "batch_size", "log_every", "ckpt_every")
@@ -103,6 +106,7 @@ class TrainConfig:
             "warmup_steps",
             "eval_every",
             "keep_checkpoints",
+            "threads",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from primal_dt.config import Config, load_config, named_config_path, option_overrides
+from primal_dt.cpu import usable_cores
 from primal_dt.errors import PrimalDTError, first_line
 from primal_dt.results import has_final, read_results
 from primal_dt.run import RunDir, find_runs, lock_file, read_snapshot
@@ -39,7 +40,15 @@ from primal_dt.tasks import resolve_task
 # Settings that change how a run is executed, not what it computes: a sweep may differ in these
 # from the runs it finds (e.g. resumed on another device, or asked to go to more steps).
 MECHANICS = {
-    "train": {"steps", "device", "compile", "log_every", "ckpt_every", "keep_checkpoints"},
+    "train": {
+        "steps",
+        "device",
+        "compile",
+        "log_every",
+        "ckpt_every",
+        "keep_checkpoints",
+        "threads",
+    },
     "eval": {"device", "workers", "service"},
     "data": {"download"},
 }
@@ -203,13 +212,6 @@ def thread_env(threads: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def last_line(path: Path) -> str:
     """The last non-empty line of a log: where `primal-dt train` says what went wrong."""
     try:
@@ -270,7 +272,7 @@ class Sweep:
 
     def run_local(self) -> None:
         """Up to --parallel subprocesses at once; SIGINT/SIGTERM stop them with a checkpoint."""
-        threads = max(1, cpu_count() // self.options.parallel)
+        threads = max(1, usable_cores() // self.options.parallel)
         env = {**os.environ, **thread_env(threads)}
         pending, running = list(self.todo), {}
         try:

@@ -27,6 +27,7 @@ from torch.utils.tensorboard.summary import hparams
 from tqdm.auto import tqdm
 
 from primal_dt.config import Config
+from primal_dt.cpu import training_threads
 from primal_dt.data import Batch, TaskData, WindowSampler, load_task_data
 from primal_dt.device import adamw, autocast, resolve_device
 from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError, first_line
@@ -157,6 +158,8 @@ class Trainer:
     # The run directory's writer locks: the trainer's, and the evaluator's where our own
     # evaluation process is the evaluator (eval.service = "process").
     locks: list[RunLock] = field(default_factory=list)
+    # Whether our own evaluation process evaluates on the CPU this loop trains on (cpu.py).
+    shares_cpu: bool = False
 
     def __post_init__(self) -> None:
         self.locks = [RunLock(self.run_dir, "train")]
@@ -175,8 +178,13 @@ class Trainer:
     @classmethod
     def create(cls, config: Config, data: TaskData, run_dir: Path) -> Trainer:
         device = resolve_device(config.train.device, "train.device")
+        shares_cpu = False
         if config.eval.service == "process" and evaluates(config):
-            resolve_device(config.eval.device, "eval.device")  # now, not at the first evaluation
+            # Checked now, not at the first evaluation.
+            eval_device = resolve_device(config.eval.device, "eval.device")
+            shares_cpu = device.type == eval_device.type == "cpu"
+        if device.type == "cpu":
+            torch.set_num_threads(training_threads(config.train.threads))
         seed_everything(config.train.seed)
         state_mean, state_std = data.state_stats()
         longest = max(len(ep.rewards) for ep in data.episodes)
@@ -200,9 +208,11 @@ class Trainer:
             seed=config.train.seed,
         )
         run = RunDir(run_dir)
-        return cls(
+        trainer = cls(
             config, data, run, device, model, optimizer, scheduler, sampler, state_mean, state_std
         )
+        trainer.shares_cpu = shares_cpu
+        return trainer
 
     def hold(self) -> None:
         """Take the run directory's locks (see RunLock): a second writer is refused."""
@@ -385,6 +395,7 @@ class Trainer:
             live.say(describe(record))
         if live.service is not None:
             live.service.check(live.say)
+        self._share_cpu(evaluating=bool(self.run_dir.queued_snapshots()))
 
     def _queue_due_evaluation(self, final: bool) -> None:
         """The final evaluation at the last step; a periodic one every eval_every steps."""
@@ -406,6 +417,14 @@ class Trainer:
     def _queue_evaluation(self, request: EvalRequest) -> None:
         self._check_finite()  # never evaluate a diverged model
         queue_snapshot(self.run_dir, self.snapshot(request))
+        self._share_cpu(evaluating=True)
+
+    def _share_cpu(self, evaluating: bool) -> None:
+        """While our evaluation process evaluates on this CPU, leave it a core (cpu.py)."""
+        if self.shares_cpu:
+            threads = training_threads(self.config.train.threads, evaluating)
+            if threads != torch.get_num_threads():
+                torch.set_num_threads(threads)
 
     def _interrupted(self, signum: int) -> TrainingInterrupted:
         return TrainingInterrupted(
