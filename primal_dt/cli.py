@@ -61,15 +61,17 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from primal_dt.conditioning import target_sweep, write_curve
     from primal_dt.device import resolve_device
     from primal_dt.eval_service import watch
     from primal_dt.evaluate import EvalOptions, evaluate_checkpoint
     from primal_dt.results import format_table
-    from primal_dt.run import checkpoints_to_evaluate
+    from primal_dt.run import checkpoints_to_evaluate, folder_of
 
     if bool(args.ckpt) == bool(args.watch):
         raise PrimalDTError("give either --ckpt PATH [PATH ...] or --watch RUN_DIR")
-    options = EvalOptions(args.device, args.workers, args.episodes, args.seed, args.targets)
+    targets = target_sweep(args.target_sweep) if args.target_sweep else args.targets
+    options = EvalOptions(args.device, args.workers, args.episodes, args.seed, targets)
     device = resolve_device(options.validate().device, "--device")
     if args.watch:
         try:
@@ -83,6 +85,9 @@ def _eval(args: argparse.Namespace) -> int:
         records.append(evaluate_checkpoint(path, options, device))
         if not args.json:
             print(f"evaluated {path} in {records[-1].seconds:.1f} s", file=sys.stderr)
+        if args.target_sweep:
+            picture = write_curve(folder_of(path), records[-1])
+            print(f"return-conditioning curve: {picture}", file=sys.stderr)
     if args.json:
         print(json.dumps([record.to_dict() for record in records], indent=1))
     else:
@@ -339,9 +344,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--episodes", type=int, help="episodes per target (default: the run's eval.episodes)"
     )
     evaluate.add_argument("--seed", type=int, help="seed of the first episode (default: the run's)")
-    evaluate.add_argument(
+    targets = evaluate.add_mutually_exclusive_group()
+    targets.add_argument(
         "--targets", type=float, nargs="+", help="target returns (default: the run's)"
     )
+    targets.add_argument(
+        "--target-sweep", metavar="LOW:HIGH:N",
+        help="N targets from LOW to HIGH: the return-conditioning curve, kept as a PNG in the run",
+    )  # fmt: skip
     evaluate.add_argument(
         "--workers", type=int, default=0,
         help="environment processes stepping at once (default 0: all in this process)",

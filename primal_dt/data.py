@@ -74,6 +74,11 @@ class TaskData:
     def num_steps(self) -> int:
         return sum(len(ep.rewards) for ep in self.episodes)
 
+    @property
+    def best_return(self) -> float:
+        """The best episode return in the data (marked on return-conditioning curves)."""
+        return max(float(ep.rewards.sum()) for ep in self.episodes)
+
     def state_stats(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std of all states, the std floored so constant features do not divide by 0."""
         states = np.concatenate([ep.observations for ep in self.episodes])

@@ -329,6 +329,7 @@ def evaluate_snapshot(
         results=summaries,
         score=best.return_mean if best.normalized_mean is None else best.normalized_mean,
         seconds=round(time.perf_counter() - start, 2),
+        dataset_best_return=snapshot.task.dataset_best_return,
     )
 
 

@@ -120,6 +120,39 @@ def spectra_figure(task: str, blocks: list[tuple[str, dict[str, list[np.ndarray]
     return figure
 
 
+CurvePoints = tuple[np.ndarray, np.ndarray, np.ndarray, float | None]  # conditioning.curve_points
+
+
+def conditioning_figure(panels: dict[str, list[CurvePoints]], title: str, reference: Any) -> Any:
+    """Achieved against desired return, a panel per label (DT, Primal-DT, ...) side by side with a
+    line and band (the episodes' spread) per run, the diagonal where achieved equals the target,
+    and the best episode return of the training data."""
+    figure, axes = _figure(4.5 * len(panels), 4.2, columns=len(panels))
+    unit = "normalised return" if reference is not None else "return"
+    for i, (ax, (label, runs)) in enumerate(zip(axes, panels.items(), strict=True)):
+        low, high = np.inf, -np.inf
+        for j, (targets, mean, std, best) in enumerate(runs):
+            _band(
+                ax,
+                targets,
+                mean,
+                std,
+                f"{label} ({len(runs)} run{'s' * (len(runs) > 1)})" if j == 0 else "_",
+                _color(i),
+            )
+            low, high = min(low, targets.min(), mean.min()), max(high, targets.max(), mean.max())
+            if best is not None:
+                ax.axhline(best, color="gray", linestyle=":", linewidth=1,
+                           label="best return in the dataset" if j == 0 else "_")  # fmt: skip
+        ax.plot([low, high], [low, high], color="black", linestyle="--", linewidth=1,
+                label="achieved = target")  # fmt: skip
+        ax.set(title=label, xlabel=f"target ({unit})", ylabel=f"achieved ({unit})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    figure.suptitle(title)
+    return figure
+
+
 def save(figure: Any, path: Path) -> Path:
     figure.savefig(path)
     return path

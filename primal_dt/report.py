@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from primal_dt.conditioning import curve_points, read_curve
 from primal_dt.data import ReferenceScores
 from primal_dt.errors import PrimalDTError
-from primal_dt.results import read_results
+from primal_dt.results import EvalRecord, read_results
 from primal_dt.run import RunDir, find_runs, read_run_config, read_snapshot
 
 
@@ -53,6 +54,7 @@ class RunResult:
     scores: list[tuple[int, float]] = field(default_factory=list)  # (step, score) per evaluation
     ksvd: list[tuple[int, float]] = field(default_factory=list)
     spectra: list[np.ndarray] | None = None
+    curve: EvalRecord | None = None  # the latest return-conditioning curve (conditioning.py)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -87,6 +89,7 @@ def read_run(path: Path, spectra: bool = True) -> RunResult:
     if good:
         _describe_task(run, good[-1].reference, good[-1].dataset_ids)
     run.ksvd = _scalars(path, "train/ksvd_loss")
+    run.curve = read_curve(run_dir)
     if not run_dir.checkpoint.exists():
         run.notes.append("no checkpoint")
         return run
@@ -307,7 +310,7 @@ def spectrum_table(runs: list[RunResult]) -> str:
 
 def figures(runs: list[RunResult], out: Path) -> list[Path]:
     """curves_<task>.png and spectrum_<task>.png for every task."""
-    from primal_dt.plots import curves_figure, save, spectra_figure
+    from primal_dt.plots import conditioning_figure, curves_figure, save, spectra_figure
 
     written = []
     for task in _unique(sorted(r.task for r in runs)):
@@ -318,6 +321,14 @@ def figures(runs: list[RunResult], out: Path) -> list[Path]:
         label = "normalised score" if all(r.normalized for r in mine) else "score (return)"
         figure = curves_figure(task, scores, ksvd, label)
         written.append(save(figure, out / f"curves_{_safe(task)}.png"))
+        with_curves = [r for r in mine if r.curve is not None]
+        if with_curves:
+            panels = {c: [curve_points(r.curve) for r in with_curves if r.config == c]
+                      for c in configs if any(r.config == c for r in with_curves)}  # fmt: skip
+            reference = with_curves[0].curve.reference
+            title = f"{task}: return conditioning (achieved against target)"
+            figure = conditioning_figure(panels, title, reference)
+            written.append(save(figure, out / f"return_curve_{_safe(task)}.png"))
         with_spectra = [r for r in mine if r.spectra]
         if not with_spectra:
             continue

@@ -51,6 +51,7 @@ class EvalRecord:
     results: list[TargetSummary] = field(default_factory=list)
     score: float | None = None
     seconds: float = 0.0
+    dataset_best_return: float | None = None
     best: bool = False
     error: str | None = None
 

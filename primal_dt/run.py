@@ -123,6 +123,14 @@ class RunDir:
     def log(self) -> Path:
         return self.path / "train.log"
 
+    def return_curve(self, step: int) -> tuple[Path, Path]:
+        """A target sweep's record and figure (conditioning.py)."""
+        stem = self.path / f"return_curve_step_{step:08d}"
+        return stem.with_suffix(".json"), stem.with_suffix(".png")
+
+    def return_curves(self) -> list[Path]:
+        return sorted(self.path.glob("return_curve_step_*.json"))
+
     def step_checkpoint(self, step: int) -> Path:
         return self.checkpoints / f"step_{step:08d}.pt"
 
@@ -142,6 +150,15 @@ class RunDir:
 def run_of(path: Path) -> RunDir:
     """The run a path names: a run directory, or its ckpt.pt."""
     return RunDir(path.parent) if RunDir(path.parent).checkpoint == path else RunDir(path)
+
+
+def folder_of(checkpoint: Path) -> RunDir:
+    """Where what is made from a checkpoint file goes: its run directory (the file's folder, or
+    the run above checkpoints/step_N.pt)."""
+    if checkpoint.is_dir():
+        return RunDir(checkpoint)
+    parent = checkpoint.parent
+    return RunDir(parent.parent) if RunDir(parent.parent).checkpoints == parent else RunDir(parent)
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -261,6 +278,7 @@ class TaskRecord:
     max_episode_steps: int
     eval_targets: tuple[float, ...]
     reference: ReferenceScores | None
+    dataset_best_return: float | None = None  # the best episode return in the training data
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -278,6 +296,7 @@ class TaskRecord:
             max_episode_steps=int(data["max_episode_steps"]),
             eval_targets=tuple(float(t) for t in data["eval_targets"]),
             reference=ReferenceScores(**reference) if reference else None,
+            dataset_best_return=data.get("dataset_best_return"),
         )
 
 

@@ -236,6 +236,7 @@ class Trainer:
             max_episode_steps=data.max_episode_steps,
             eval_targets=tuple(self.config.eval.targets) or data.eval_targets,
             reference=data.reference,
+            dataset_best_return=data.best_return,
         )
         training = None
         if resumable:

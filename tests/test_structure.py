@@ -23,7 +23,8 @@ from primal_dt.run import (
 
 PACKAGE = Path(__file__).resolve().parents[1] / "primal_dt"
 # Evaluation, its records and the run record never reach up into training or the commands.
-LOWER = {"run", "results", "evaluate", "eval_service", "spectrum", "device", "model", "data"}
+LOWER = {"run", "results", "evaluate", "eval_service", "spectrum", "device", "model", "data",
+         "conditioning", "cpu"}  # fmt: skip
 HIGHER = {"train", "sweep", "report", "cli"}
 LAYOUT_NAMES = ("config.json", "ckpt.pt", "best.pt", "eval.jsonl", "eval_queue", "train.log",
                 "spectrum_windows.pt", "checkpoints/")  # fmt: skip
