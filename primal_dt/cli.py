@@ -153,7 +153,7 @@ def _add_datasets_parser(commands: argparse._SubParsersAction) -> None:
     make = actions.add_parser(
         "make", help="record a D4RL-style dataset as primal-dt/<env>/<name>-v0 in the Minari root"
     )
-    make.add_argument("--env", required=True, help="halfcheetah, hopper, walker2d or ant")
+    make.add_argument("--env", required=True, help=_env_names())
     make.add_argument(
         "--recipe", required=True, choices=("policy", "random", "medium-replay", "medium-expert")
     )
@@ -255,11 +255,18 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
     report.set_defaults(func=_report)
 
 
+def _env_names() -> str:
+    """The environments of envs/*.toml, for --help texts."""
+    from primal_dt.resources import resource_dir
+
+    return ", ".join(sorted(p.stem for p in resource_dir("envs").glob("*.toml")))
+
+
 def _train_epilog() -> str:
     """The tasks and configs `train` knows, for its --help."""
     from primal_dt.resources import resource_dir
 
-    envs = ", ".join(sorted(p.stem for p in resource_dir("envs").glob("*.toml")))
+    envs = _env_names()
     configs = ", ".join(sorted(p.stem for p in resource_dir("configs").glob("*.toml")))
     return (
         f"tasks: <env>-<quality>, env one of {envs}; quality one of simple, medium, expert, "

@@ -14,10 +14,13 @@ from primal_dt.tasks import dataset_task, load_envs, resolve_task
 
 def test_every_env_file_describes_a_v5_task() -> None:
     envs = load_envs()
-    assert set(envs) == {"halfcheetah", "hopper", "walker2d", "ant"}
+    assert set(envs) == {"halfcheetah", "hopper", "walker2d", "ant", "humanoid", "swimmer"}
     for env in envs.values():
         assert env.gym_id.endswith("-v5")
-        assert set(env.datasets) == {"simple", "medium", "expert"}
+        # Minari hosts no simple dataset for Swimmer.
+        qualities = {"medium", "expert"} | ({"simple"} if env.name != "swimmer" else set())
+        assert set(env.datasets) == qualities
+        assert all(i == f"mujoco/{env.name}/{q}-v0" for q, i in env.datasets.items())
         assert env.ref_expert > env.ref_random
         assert len(env.eval_targets) == 2
     assert envs["hopper"].eval_targets == (3600.0, 1800.0)

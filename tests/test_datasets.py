@@ -286,3 +286,37 @@ def test_make_refuses_bad_options_in_one_line(root, capsys, args, message) -> No
     assert message in err and len(err.splitlines()) == 1
     assert main(["datasets", "make", "--env", "cheetah", "--recipe", "random"]) == 2
     assert "unknown env 'cheetah'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "env_name, gym_id", [("humanoid", "Humanoid-v5"), ("swimmer", "Swimmer-v5")]
+)
+def test_every_locomotion_env_records_trains_and_evaluates_offline(
+    env_name, gym_id, tmp_path, capsys, monkeypatch
+) -> None:
+    """The environments beyond D4RL's four: a dataset recorded from an SB3 policy file (a few
+    hundred steps of SAC, saved as a user's policy would be) and from random actions, a short
+    run on it offline, and its final evaluation scored against the env file's reference."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    agent = SAC("MlpPolicy", gym.make(gym_id), learning_starts=50, seed=0)
+    agent.learn(100)
+    agent.save(tmp_path / "sac.zip")
+    made = ["datasets", "make", "--env", env_name, "--no-progress", "--episodes", "2"]
+    assert main([*made, "--recipe", "policy", "--policy", str(tmp_path / "sac.zip"),
+                 "--name", "medium"]) == 0  # fmt: skip
+    assert main([*made, "--recipe", "random"]) == 0
+    assert capsys.readouterr().out.split() == [f"primal-dt/{env_name}/medium-v0",
+                                               f"primal-dt/{env_name}/random-v0"]  # fmt: skip
+    task = resolve_task(f"{env_name}-medium")
+    assert task.dataset_ids == (f"primal-dt/{env_name}/medium-v0",)
+    data = load_task_data(task, download=False)
+    assert data.env_id == gym_id and len(data.episodes) == 2
+    train = ["train", "--env", f"{env_name}-random", "--offline", "--no-progress", "--device",
+             "cpu", "--steps", "5", "--final-episodes", "1", "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    for setting in TINY:
+        train += ["--set", setting]
+    assert main(train) == 0
+    table = capsys.readouterr().out
+    env = resolve_task(f"{env_name}-random").env
+    assert f"{env.eval_targets[0]:.1f}" in table and f"{env.eval_targets[1]:.1f}" in table
+    assert f"random {env.ref_random:.2f}, expert {env.ref_expert:.2f}" in table
