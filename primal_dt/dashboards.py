@@ -1,5 +1,6 @@
-"""TensorBoard's Custom Scalars tab for a runs directory: per task, every run's normalised returns
-in one chart and their KSVD losses in another.
+"""TensorBoard's Custom Scalars tab: for one run, its losses together and its returns per target;
+for a runs directory, per task, every run's normalised returns in one chart and their KSVD losses
+in another.
 
 A custom-scalars chart selects tags by regular expression but always draws every run, so charts
 per task need tags that name the task. When a run finishes, its `eval/<target>/normalized_return`
@@ -27,6 +28,19 @@ def _remove(folder: Path, suffix: str) -> None:
 def _escape(task: str) -> str:
     """re.escape, but leaving "-" alone, so the layout stays readable."""
     return re.sub(r"([^A-Za-z0-9_-])", r"\\\1", task)
+
+
+def run_layout() -> dict[str, dict[str, list]]:
+    """A single run's layout (the trainer writes it into the run): the action and KSVD losses in
+    one chart, and the returns, normalised returns and episode lengths of every target."""
+    return {
+        "primal-dt run": {
+            "action and KSVD losses": ["Multiline", [r"^train/(action|ksvd)_loss$"]],
+            "normalised return per target": ["Multiline", [r"^eval/[^/]+/normalized_return$"]],
+            "return per target": ["Multiline", [r"^eval/[^/]+/return$"]],
+            "episode length per target": ["Multiline", [r"^eval/[^/]+/episode_length$"]],
+        }
+    }
 
 
 def layout(tasks: Iterable[str]) -> dict[str, dict[str, list]]:

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from primal_dt.config import Config
 from primal_dt.cpu import training_threads
+from primal_dt.dashboards import run_layout
 from primal_dt.data import Batch, TaskData, WindowSampler, load_task_data
 from primal_dt.device import adamw, autocast, resolve_device
 from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError, first_line
@@ -363,6 +364,7 @@ class Trainer:
         writer = stack.enter_context(SummaryWriter(str(self.run_dir.path), purge_step=purge))
         if self.step == 0:
             self._write_hparams(writer)
+            writer.add_custom_scalars(run_layout())
         service = None
         if evaluates(self.config) and self.config.eval.service == "process":
             options = EvalOptions(device=self.config.eval.device, workers=self.config.eval.workers)

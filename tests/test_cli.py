@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import torch
 from conftest import DEVICE, TINY
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
 
 from primal_dt.cli import main
 from primal_dt.data import ReferenceScores
@@ -51,6 +53,16 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
+    # The run's own Custom Scalars layout: both losses in one chart, the returns per target.
+    (config,) = events.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(config.tensor_proto.string_val[0])
+    charts = {chart.title: list(chart.multiline.tag) for chart in layout.category[0].chart}
+    assert charts["action and KSVD losses"] == [r"^train/(action|ksvd)_loss$"]
+    tags = set(logged)
+    for chart, (regex,) in charts.items():
+        assert any(re.fullmatch(regex, tag) for tag in tags), chart  # each chart shows something
+    assert {t for t in tags if re.fullmatch(charts["return per target"][0], t)} == {
+        "eval/1800/return"}  # fmt: skip
 
     ckpt = read_snapshot(run_dir / "ckpt.pt")
     assert ckpt.step == 20
