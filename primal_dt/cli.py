@@ -67,11 +67,12 @@ def _eval(args: argparse.Namespace) -> int:
     from primal_dt.evaluate import EvalOptions, evaluate_checkpoint
     from primal_dt.results import format_table
     from primal_dt.run import checkpoints_to_evaluate, folder_of
+    from primal_dt.video import VideoUnavailable
 
     if bool(args.ckpt) == bool(args.watch):
         raise PrimalDTError("give either --ckpt PATH [PATH ...] or --watch RUN_DIR")
     targets = target_sweep(args.target_sweep) if args.target_sweep else args.targets
-    options = EvalOptions(args.device, args.workers, args.episodes, args.seed, targets)
+    options = EvalOptions(args.device, args.workers, args.episodes, args.seed, targets, args.video)
     device = resolve_device(options.validate().device, "--device")
     if args.watch:
         try:
@@ -82,7 +83,7 @@ def _eval(args: argparse.Namespace) -> int:
     paths = [p for given in args.ckpt for p in checkpoints_to_evaluate(given, args.all)]
     records = []
     for path in paths:
-        records.append(evaluate_checkpoint(path, options, device))
+        records.append(evaluate_checkpoint(path, options, device, folder_of(path).videos))
         if not args.json:
             print(f"evaluated {path} in {records[-1].seconds:.1f} s", file=sys.stderr)
         if args.target_sweep:
@@ -92,6 +93,11 @@ def _eval(args: argparse.Namespace) -> int:
         print(json.dumps([record.to_dict() for record in records], indent=1))
     else:
         print(format_table(records))
+    for record in records:
+        for video in record.videos:
+            print(f"video: {video}", file=sys.stderr)
+        if record.video_error:  # the numbers above stand; the videos could not be made
+            raise VideoUnavailable(record.video_error)
     return 0
 
 
@@ -362,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--workers", type=int, default=0,
         help="environment processes stepping at once (default 0: all in this process)",
+    )  # fmt: skip
+    evaluate.add_argument(
+        "--video", type=int, nargs="?", const=1, default=0, metavar="N",
+        help="also render N episodes per target (default 1) to MP4 files in the run's videos/",
     )  # fmt: skip
     evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     evaluate.add_argument("--json", action="store_true", help="print the records as JSON")

@@ -139,10 +139,12 @@ class EvalConfig:
     # queued in the run directory, for `primal-dt eval --watch RUN_DIR` (e.g. on another machine).
     service: str = "process"
     device: str = "auto"  # where the evaluating model runs: auto, cpu, cuda or cuda:N
+    # Episodes per target rendered to RUN_DIR/videos (and TensorBoard) at the final evaluation.
+    video_episodes: int = 0
 
     def validate(self) -> None:
         _positive(self, "eval", "episodes")
-        for name in ("final_episodes", "workers"):
+        for name in ("final_episodes", "workers", "video_episodes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"eval.{name} must be >= 0, got {getattr(self, name)}")
         if self.service not in EVAL_SERVICES:

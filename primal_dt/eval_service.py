@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,7 +27,7 @@ import torch
 
 from primal_dt.device import resolve_device
 from primal_dt.errors import PrimalDTError, first_line
-from primal_dt.evaluate import EvalOptions, evaluate_snapshot, load_policy
+from primal_dt.evaluate import EvalOptions, add_videos, evaluate_snapshot, load_policy
 from primal_dt.results import EvalRecord, append_result, describe, read_results
 from primal_dt.run import (
     RunDir,
@@ -37,6 +38,7 @@ from primal_dt.run import (
     step_of,
     write_snapshot,
 )
+from primal_dt.video import gif_summary, read_frames
 
 
 def queue_snapshot(run: RunDir, snapshot: Snapshot) -> Path:
@@ -80,6 +82,10 @@ class Evaluator:
             snapshot = read_snapshot(path, map_location=self.device)
             policy = load_policy(snapshot, self.device, f"checkpoint {path}")
             record = evaluate_snapshot(snapshot, policy, self.options, name)
+            videos = snapshot.config.eval.video_episodes if record.final else 0
+            if videos:
+                options = replace(self.options, videos=videos)
+                add_videos(record, snapshot, policy, options, self.run.videos)
         except Exception as err:  # a bad snapshot must never stop the service
             record = EvalRecord(
                 step_of(path), name, error=f"{type(err).__name__}: {first_line(err)}"
@@ -93,6 +99,7 @@ class Evaluator:
             atomic_copy(path, self.run.best)
             record.best = True
         self._log_scalars(record)
+        self._log_videos(record)
         self._log_spectrum(snapshot, policy.model)
         append_result(self.run, record)
         self.log(describe(record))
@@ -108,6 +115,15 @@ class Evaluator:
         except Exception as err:
             reason = f"{type(err).__name__}: {first_line(err)}"
             self.log(f"step {snapshot.step}: attention spectrum not logged: {reason}")
+        self._writer.flush()
+
+    def _log_videos(self, record: EvalRecord) -> None:
+        """Each video as an animated GIF in TensorBoard (IMAGES tab), at a quarter of the frames
+        and a quarter of the width and height, so the event file stays small."""
+        for index, video in enumerate(record.videos):
+            frames = [frame[::4, ::4] for frame in read_frames(Path(video), every=4)]
+            tag = f"video/episode_{index}"
+            self._writer.file_writer.add_summary(gif_summary(tag, frames, 30.0), record.step)
         self._writer.flush()
 
     def _log_scalars(self, record: EvalRecord) -> None:

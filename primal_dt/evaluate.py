@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -26,16 +27,20 @@ from primal_dt.model import DecisionTransformer
 from primal_dt.results import EvalRecord, TargetSummary
 from primal_dt.run import Snapshot, TaskRecord, read_snapshot
 from primal_dt.tasks import make_env
+from primal_dt.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
 
 
-def make_vector(task: TaskRecord, num_envs: int, workers: int = 0) -> gym.vector.VectorEnv:
+def make_vector(
+    task: TaskRecord, num_envs: int, workers: int = 0, render: bool = False
+) -> gym.vector.VectorEnv:
     """num_envs copies of the task's environment, with resets left to the caller (rollout resets
-    each finished slot with the seed of its next episode).
+    each finished slot with the seed of its next episode); with render, drawing RGB frames.
 
     workers <= 1 steps them one after another in this process (SyncVectorEnv); workers > 1 puts
     each in its own process (AsyncVectorEnv) with at most `workers` stepping at once.
     """
-    make = partial(make_env, task.env_id, task.max_episode_steps, **task.env_kwargs)
+    kwargs = {**task.env_kwargs, **({"render_mode": "rgb_array"} if render else {})}
+    make = partial(make_env, task.env_id, task.max_episode_steps, **kwargs)
     if workers > 1:
         return gym.vector.AsyncVectorEnv(
             [make] * num_envs,
@@ -101,8 +106,12 @@ def rollout(
     jobs: list[Job],
     num_envs: int | None = None,
     workers: int = 0,
+    on_frame: Callable[[np.ndarray], object] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run every job, num_envs at a time (all at once by default); returns (returns, lengths).
+    With `on_frame` (one job only), the episode is rendered and each frame handed to it: the
+    start state's and one after each step (inside video.headless_rendering where there is no
+    display). Rendering reads the simulation and never changes it.
 
     Each environment slot keeps its own K-step window, return-to-go and timestep; when its
     episode ends it is reset with the seed of the next job, so an episode's result depends only
@@ -114,9 +123,13 @@ def rollout(
     slots = min(len(jobs), num_envs or len(jobs))
     was_training = model.training
     model.eval()
-    envs = make_vector(task, slots, workers)
+    if on_frame is not None and len(jobs) != 1:
+        raise ValueError("rendering records one episode at a time")
+    envs = make_vector(task, slots, workers, render=on_frame is not None)
     try:
         obs, _ = envs.reset(seed=[job.seed for job in jobs[:slots]])
+        if on_frame is not None:
+            on_frame(envs.render()[0])
         job_of = np.arange(slots)  # the job each slot runs; -1 once there are none left
         next_job = slots
         t = torch.zeros(slots, dtype=torch.long, device=device)
@@ -144,6 +157,8 @@ def rollout(
             obs, reward, terminated, truncated, _ = envs.step(
                 np.clip(action.cpu().numpy(), low, high)
             )
+            if on_frame is not None:
+                on_frame(envs.render()[0])
             running = job_of >= 0
             returns[job_of[running]] += reward[running]
             lengths[job_of[running]] += 1
@@ -292,12 +307,15 @@ class EvalOptions:
     episodes: int | None = None
     seed: int | None = None
     targets: list[float] | None = None
+    videos: int = 0  # episodes per target also rendered to MP4 (video.py)
 
     def validate(self) -> EvalOptions:
         if self.episodes is not None and self.episodes <= 0:
             raise ConfigError(f"--episodes must be > 0, got {self.episodes}")
         if self.workers < 0:
             raise ConfigError(f"--workers must be >= 0, got {self.workers}")
+        if self.videos < 0:
+            raise ConfigError(f"--video must be >= 0 episodes, got {self.videos}")
         if any(not math.isfinite(target) for target in self.targets or ()):
             raise ConfigError(f"--targets must be finite returns, got {self.targets}")
         check_device_name(self.device, "--device")
@@ -333,8 +351,44 @@ def evaluate_snapshot(
     )
 
 
-def evaluate_checkpoint(path: Path, options: EvalOptions, device: torch.device) -> EvalRecord:
-    """Read, load and evaluate one checkpoint file (`primal-dt eval --ckpt`)."""
+def record_videos(
+    snapshot: Snapshot, policy: Policy, options: EvalOptions, folder: Path
+) -> list[Path]:
+    """options.videos episodes per target rendered to MP4 files in folder, named by step,
+    target, seed and return; the same episodes (seeds) as the evaluation's first ones."""
+    task = snapshot.task
+    seed = snapshot.config.train.seed if options.seed is None else options.seed
+    fps = make_env(task.env_id, task.max_episode_steps, **task.env_kwargs).metadata["render_fps"]
+    paths = []
+    for job in make_jobs(tuple(options.targets or task.eval_targets), options.videos, seed):
+        partial_path = folder / f".recording_step_{snapshot.step}.mp4"
+        with headless_rendering(), mp4_writer(partial_path, fps) as writer:
+            returns, _ = rollout(policy, task, [job], on_frame=writer.append_data)
+        path = folder / video_name(snapshot.step, job.target, job.seed, float(returns[0]))
+        partial_path.replace(path)
+        paths.append(path)
+    return paths
+
+
+def evaluate_checkpoint(
+    path: Path, options: EvalOptions, device: torch.device, videos_to: Path | None = None
+) -> EvalRecord:
+    """Read, load and evaluate one checkpoint file (`primal-dt eval --ckpt`); with
+    options.videos, also render that many episodes per target into videos_to."""
     snapshot = read_snapshot(path, map_location=device)
     policy = load_policy(snapshot, device, f"checkpoint {path}")
-    return evaluate_snapshot(snapshot, policy, options, str(path))
+    record = evaluate_snapshot(snapshot, policy, options, str(path))
+    if options.videos and videos_to is not None:
+        add_videos(record, snapshot, policy, options, videos_to)
+    return record
+
+
+def add_videos(
+    record: EvalRecord, snapshot: Snapshot, policy: Policy, options: EvalOptions, folder: Path
+) -> None:
+    """Record the videos into the evaluation's record, or why they could not be made: a video
+    never fails the evaluation it illustrates."""
+    try:
+        record.videos = [str(p) for p in record_videos(snapshot, policy, options, folder)]
+    except VideoUnavailable as err:
+        record.video_error = str(err)

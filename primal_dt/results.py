@@ -12,6 +12,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from primal_dt.data import ReferenceScores
@@ -52,6 +53,8 @@ class EvalRecord:
     score: float | None = None
     seconds: float = 0.0
     dataset_best_return: float | None = None
+    videos: list[str] = field(default_factory=list)  # MP4 files of rendered episodes
+    video_error: str | None = None  # why videos asked for were not made
     best: bool = False
     error: str | None = None
 
@@ -140,7 +143,12 @@ def describe(record: EvalRecord) -> str:
         score = "" if s.normalized_mean is None else f" (normalized {s.normalized_mean:.1f})"
         parts.append(f"target {s.target:g}: return {s.return_mean:.1f}{score}")
     kind = "final evaluation" if record.final else "evaluation"
-    return f"step {record.step}: {kind} over {record.episodes} episodes, " + ", ".join(parts)
+    line = f"step {record.step}: {kind} over {record.episodes} episodes, " + ", ".join(parts)
+    if record.videos:
+        line += f"; {len(record.videos)} videos in {Path(record.videos[0]).parent}"
+    if record.video_error:
+        line += f"; no videos: {record.video_error}"
+    return line
 
 
 def _mean_std(mean: float | None, std: float | None) -> str:

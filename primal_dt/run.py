@@ -8,6 +8,8 @@
       eval_queue/step_N.pt   Snapshots with an EvalRequest, waiting for the evaluator
       eval.jsonl             one EvalRecord per evaluation (results.py)
       spectrum_windows.pt    the fixed windows the attention spectrum is measured on (spectrum.py)
+      return_curve_step_N.*  a target sweep's record and figure (conditioning.py)
+      videos/                MP4 files of rendered episodes (video.py)
       train.log              a sweep run's output (sweep.py)
       events.out.tfevents.*  TensorBoard
 
@@ -122,6 +124,10 @@ class RunDir:
     @property
     def log(self) -> Path:
         return self.path / "train.log"
+
+    @property
+    def videos(self) -> Path:
+        return self.path / "videos"
 
     def return_curve(self, step: int) -> tuple[Path, Path]:
         """A target sweep's record and figure (conditioning.py)."""

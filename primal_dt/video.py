@@ -1,0 +1,102 @@
+"""Episode videos: MuJoCo rendered offscreen, frames written to MP4 as they come, and short GIFs
+for TensorBoard.
+
+Rendering needs an OpenGL back-end for MuJoCo. primal-dt uses EGL: on a machine with an NVIDIA GPU
+it draws there, and on a headless machine without one Mesa's EGL draws on the CPU (llvmpipe). It
+needs the system's EGL and Mesa libraries (Debian/Ubuntu: apt-get install libegl1 libegl-mesa0
+libgl1-mesa-dri libopengl0, present on most desktop and CI images) and MUJOCO_GL=egl, which
+headless_rendering sets while it draws, unless MUJOCO_GL is set already (MUJOCO_GL=osmesa with libosmesa6 is the
+other CPU back-end). MP4 files are written with imageio and its bundled ffmpeg (the `video`
+extra). Rendering only reads the simulation, so an episode returns the same whether it is
+rendered or not (the tests check it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from primal_dt.errors import PrimalDTError, first_line
+
+INSTALL_HINT = (
+    "install MuJoCo's offscreen back-end, EGL with Mesa (Debian/Ubuntu: apt-get install libegl1 "
+    "libegl-mesa0 libgl1-mesa-dri libopengl0) and leave MUJOCO_GL unset or set it to egl"
+)
+
+
+class VideoUnavailable(PrimalDTError):
+    """Videos cannot be made here: no rendering back-end, or no MP4 writer."""
+
+
+@contextmanager
+def headless_rendering() -> Iterator[None]:
+    """MUJOCO_GL=egl while frames are drawn (Gymnasium reads it when an environment draws its
+    first frame), unless the user chose a back-end; restored afterwards, so that processes
+    started later (environment workers, the evaluation process) import MuJoCo as before."""
+    chosen = "MUJOCO_GL" in os.environ
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    try:
+        yield
+    finally:
+        if not chosen:
+            os.environ.pop("MUJOCO_GL", None)
+
+
+def video_name(step: int, target: float, seed: int, episode_return: float) -> str:
+    return f"step_{step:08d}_target_{target:g}_seed_{seed}_return_{episode_return:.1f}.mp4"
+
+
+@contextmanager
+def mp4_writer(path: Path, fps: float) -> Iterator[Any]:
+    """An MP4 writer taking (H, W, 3) uint8 frames with .append_data; a missing writer or
+    rendering back-end is one VideoUnavailable, and a failed file is removed."""
+    try:
+        import imageio
+    except ImportError:
+        raise VideoUnavailable(
+            "videos need imageio and imageio-ffmpeg: pip install 'primal-dt[video]'"
+        ) from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        writer = imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1)
+    except Exception as err:  # imageio-ffmpeg missing, no ffmpeg binary
+        raise VideoUnavailable(f"cannot write {path}: {first_line(err)}") from None
+    try:
+        yield writer
+    except VideoUnavailable:
+        writer.close()
+        path.unlink(missing_ok=True)
+        raise
+    except Exception as err:  # no OpenGL back-end: ImportError, AttributeError, mujoco.FatalError
+        writer.close()
+        path.unlink(missing_ok=True)
+        raise VideoUnavailable(
+            f"cannot render offscreen (MUJOCO_GL={os.environ.get('MUJOCO_GL')}): "
+            f"{type(err).__name__}: {first_line(err)}; {INSTALL_HINT}"
+        ) from None
+    writer.close()
+
+
+def read_frames(path: Path, every: int = 1) -> list[np.ndarray]:
+    """Every `every`-th frame of an MP4 file."""
+    import imageio
+
+    with imageio.get_reader(path) as reader:
+        return [frame for i, frame in enumerate(reader) if i % every == 0]
+
+
+def gif_summary(tag: str, frames: list[np.ndarray], fps: float) -> Any:
+    """A TensorBoard image summary holding an animated GIF (what SummaryWriter.add_video makes,
+    without its moviepy dependency); shown in the IMAGES tab."""
+    import imageio.v3 as iio
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    gif = iio.imwrite("<bytes>", frames, extension=".gif", duration=1000 / fps, loop=0)
+    height, width = frames[0].shape[:2]
+    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
+    return Summary(value=[Summary.Value(tag=tag, image=image)])

@@ -1,0 +1,108 @@
+"""Episode videos: rendered offscreen on the CPU (MuJoCo's EGL back-end with Mesa), written to MP4 and
+read back, the same returns with and without rendering, TensorBoard GIFs from training's final
+evaluation, and one clear line (never a failed run) when the back-end is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_cli import train_args
+from test_evaluation import hopper_policy
+
+from primal_dt.cli import main
+from primal_dt.evaluate import load_policy, make_jobs, rollout
+from primal_dt.results import read_results
+from primal_dt.run import RunDir, read_snapshot
+from primal_dt.video import headless_rendering, mp4_writer, read_frames
+
+
+def test_a_rendered_episode_is_an_mp4_with_the_same_return(tmp_path) -> None:
+    policy, task = hopper_policy()  # episodes of at most 20 steps
+    gl_before = os.environ.get("MUJOCO_GL")
+    jobs = make_jobs((1800.0,), 1, seed=10)
+    returns, lengths = rollout(policy, task, jobs)  # not rendered
+    frames: list[np.ndarray] = []
+    with headless_rendering():
+        rendered, _ = rollout(policy, task, jobs, on_frame=frames.append)
+    assert os.environ.get("MUJOCO_GL") == gl_before  # restored
+    assert rendered[0] == returns[0]  # exactly: rendering only reads the simulation
+    assert len(frames) == lengths[0] + 1 and frames[0].shape == (480, 480, 3)
+    path = tmp_path / "episode.mp4"
+    with mp4_writer(path, fps=25) as writer:
+        for frame in frames:
+            writer.append_data(frame)
+    back = read_frames(path)
+    assert len(back) == len(frames)
+    assert np.abs(back[0].astype(int) - back[-1]).mean() > 0.5  # the hopper moved
+    assert np.abs(back[0].astype(int) - frames[0]).mean() < 3  # a lossy copy of what was drawn
+
+
+def test_eval_video_writes_one_mp4_per_episode_named_by_its_return(minari_root, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 5, "eval.targets=[1800.0, 900.0]")) == 0
+    capsys.readouterr()
+    args = ["eval", "--ckpt", str(run_dir), "--episodes", "2", "--device", "cpu", "--json"]
+    assert main([*args, "--video"]) == 0
+    (record,) = json.loads(capsys.readouterr().out)
+    videos = sorted(RunDir(run_dir).videos.glob("*.mp4"))
+    assert [v.name.split("_return_")[0] for v in videos] == [
+        "step_00000005_target_1800_seed_0", "step_00000005_target_900_seed_0"]  # fmt: skip
+    # The video of episode 0 of each target returns what the evaluation's episode 0 did.
+    snapshot = read_snapshot(run_dir)
+    for video in videos:
+        target = float(re.search(r"target_(\d+)", video.name)[1])
+        episode_return = float(re.search(r"return_(-?[\d.]+)\.mp4", video.name)[1])
+        assert len(read_frames(video)) > 1
+        policy_return = rollout_return(snapshot, target)
+        assert episode_return == pytest.approx(policy_return, abs=0.05)
+    assert record["videos"] == [str(v) for v in videos]
+    # The numbers are those of an evaluation without videos.
+    assert main(args) == 0
+    (plain,) = json.loads(capsys.readouterr().out)
+    assert plain["results"] == record["results"]
+
+
+def rollout_return(snapshot, target: float) -> float:
+    policy = load_policy(snapshot, torch.device("cpu"), "test")
+    returns, _ = rollout(policy, snapshot.task, make_jobs((target,), 1, snapshot.config.train.seed))
+    return float(returns[0])
+
+
+def test_final_evaluation_videos_reach_tensorboard(minari_root, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    extra = ("eval.final_episodes=1", "eval.video_episodes=1", "eval.targets=[1800.0]")
+    assert main(train_args(run_dir, 5, *extra)) == 0
+    (final,) = read_results(RunDir(run_dir))
+    assert final.final and len(final.videos) == 1 and final.video_error is None
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    events.Reload()
+    (tag,) = [t for t in events.Tags()["images"] if t.startswith("video/")]
+    (image,) = events.Images(tag)
+    assert image.step == 5 and image.encoded_image_string[:6] == b"GIF89a"
+
+
+def test_a_missing_back_end_is_one_line_and_never_fails_training(
+    minari_root, tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setenv("MUJOCO_GL", "glfw")  # a back-end that cannot draw here: no display
+    monkeypatch.delenv("DISPLAY", raising=False)
+    run_dir = tmp_path / "run"
+    extra = ("eval.final_episodes=1", "eval.video_episodes=1", "eval.targets=[1800.0]")
+    assert main(train_args(run_dir, 5, *extra)) == 0  # training and its evaluation stand
+    err = capsys.readouterr().err
+    assert "no videos: cannot render offscreen (MUJOCO_GL=glfw)" in err
+    assert "apt-get install libegl1 libegl-mesa0" in err
+    (final,) = read_results(RunDir(run_dir))
+    assert final.results and final.videos == [] and "libegl-mesa0" in final.video_error
+    assert main(["eval", "--ckpt", str(run_dir), "--episodes", "1", "--video"]) == 2
+    out, err = capsys.readouterr()
+    assert "1800.0" in out  # the evaluation's table is printed first
+    (line,) = [line for line in err.splitlines() if line.startswith("primal-dt:")]
+    assert line.startswith("primal-dt: error: cannot render offscreen") and "libegl1" in line
+    assert not list(RunDir(run_dir).videos.glob("*.mp4"))  # no half-written file
