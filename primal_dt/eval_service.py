@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import time
@@ -120,10 +121,13 @@ class Evaluator:
     def _log_videos(self, record: EvalRecord) -> None:
         """Each video as an animated GIF in TensorBoard (IMAGES tab), at a quarter of the frames
         and a quarter of the width and height, so the event file stays small."""
-        for index, video in enumerate(record.videos):
-            frames = [frame[::4, ::4] for frame in read_frames(Path(video), every=4)]
-            tag = f"video/episode_{index}"
-            self._writer.file_writer.add_summary(gif_summary(tag, frames, 30.0), record.step)
+        for video in record.videos:
+            frames, fps = read_frames(Path(video), every=4)
+            target, seed = re.search(r"target_(.+)_seed_(\d+)", Path(video).name).groups()
+            summary = gif_summary(
+                f"video/target_{target}/seed_{seed}", [f[::4, ::4] for f in frames], fps
+            )
+            self._writer.file_writer.add_summary(summary, record.step)
         self._writer.flush()
 
     def _log_scalars(self, record: EvalRecord) -> None:

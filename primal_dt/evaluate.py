@@ -39,7 +39,10 @@ def make_vector(
     workers <= 1 steps them one after another in this process (SyncVectorEnv); workers > 1 puts
     each in its own process (AsyncVectorEnv) with at most `workers` stepping at once.
     """
-    kwargs = {**task.env_kwargs, **({"render_mode": "rgb_array"} if render else {})}
+    # The models' "track" camera follows the body; Gymnasium's default free camera stays where
+    # the episode started and loses the robot once it moves (a model without it gets the latter).
+    drawn = {"render_mode": "rgb_array", "camera_name": "track"} if render else {}
+    kwargs = {**task.env_kwargs, **drawn}
     make = partial(make_env, task.env_id, task.max_episode_steps, **kwargs)
     if workers > 1:
         return gym.vector.AsyncVectorEnv(
@@ -358,7 +361,9 @@ def record_videos(
     target, seed and return; the same episodes (seeds) as the evaluation's first ones."""
     task = snapshot.task
     seed = snapshot.config.train.seed if options.seed is None else options.seed
-    fps = make_env(task.env_id, task.max_episode_steps, **task.env_kwargs).metadata["render_fps"]
+    env = make_env(task.env_id, task.max_episode_steps, **task.env_kwargs)
+    fps = env.metadata["render_fps"]  # real time: one frame per environment step
+    env.close()
     paths = []
     for job in make_jobs(tuple(options.targets or task.eval_targets), options.videos, seed):
         partial_path = folder / f".recording_step_{snapshot.step}.mp4"

@@ -10,7 +10,8 @@ config name). Per group, over seeds:
 
 A score is the best target's normalised score, 100 (R - R_random) / (R_expert - R_random), or its
 return where no reference scores are known (marked). Missing pieces are marked, never fatal.
-Writes report.md, report.csv, curves_<task>.png and spectrum_<task>.png.
+Writes report.md, report.csv, curves_<task>.png, spectrum_<task>.png and, for runs with a target
+sweep, return_curve_<task>.png.
 """
 
 from __future__ import annotations
@@ -309,7 +310,8 @@ def spectrum_table(runs: list[RunResult]) -> str:
 
 
 def figures(runs: list[RunResult], out: Path) -> list[Path]:
-    """curves_<task>.png and spectrum_<task>.png for every task."""
+    """curves_<task>.png, return_curve_<task>.png (where runs have a target sweep) and
+    spectrum_<task>.png for every task."""
     from primal_dt.plots import conditioning_figure, curves_figure, save, spectra_figure
 
     written = []

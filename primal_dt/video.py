@@ -82,12 +82,13 @@ def mp4_writer(path: Path, fps: float) -> Iterator[Any]:
     writer.close()
 
 
-def read_frames(path: Path, every: int = 1) -> list[np.ndarray]:
-    """Every `every`-th frame of an MP4 file."""
+def read_frames(path: Path, every: int = 1) -> tuple[list[np.ndarray], float]:
+    """Every `every`-th frame of an MP4 file, and the frame rate that keeps them in real time."""
     import imageio
 
     with imageio.get_reader(path) as reader:
-        return [frame for i, frame in enumerate(reader) if i % every == 0]
+        fps = float(reader.get_meta_data()["fps"])
+        return [frame for i, frame in enumerate(reader) if i % every == 0], fps / every
 
 
 def gif_summary(tag: str, frames: list[np.ndarray], fps: float) -> Any:

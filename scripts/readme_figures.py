@@ -1,0 +1,48 @@
+"""The README's pictures from a real (small) run: the return-conditioning curve and a still frame
+of a rendered episode, both of the README's first command's model (hopper-bundled, embed 64,
+1000 steps on a CPU).
+
+    python scripts/readme_figures.py      # writes scripts/figures/*.png (about 5 minutes)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+FIGURES = Path(__file__).resolve().parent / "figures"
+TRAIN = ["train", "--env", "hopper-bundled", "--device", "cpu", "--steps", "1000",
+         "--final-episodes", "5", "--set", "model.embed_dim=64", "--set", "model.primal_rank=16",
+         "--set", "train.warmup_steps=100", "--no-progress"]  # fmt: skip
+
+
+def primal_dt(*args: str, env: dict[str, str]) -> None:
+    subprocess.run([sys.executable, "-m", "primal_dt.cli", *args], env=env, check=True)
+
+
+def main() -> None:
+    import imageio.v3 as iio
+
+    from primal_dt.run import RunDir
+
+    FIGURES.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as folder:
+        env = {**os.environ, "MINARI_DATASETS_PATH": str(Path(folder) / "minari")}
+        run = RunDir(Path(folder) / "run")
+        primal_dt(*TRAIN, "--run-dir", str(run.path), env=env)
+        primal_dt("eval", "--ckpt", str(run.path), "--target-sweep", "0:4000:9", "--episodes",
+                  "10", env=env)  # fmt: skip
+        shutil.copy(run.return_curve(1000)[1], FIGURES / "return_curve_hopper-bundled.png")
+        primal_dt("eval", "--ckpt", str(run.path), "--targets", "3600", "--video", env=env)
+        (video,) = run.videos.glob("*.mp4")
+        frames = list(iio.imiter(video))
+        iio.imwrite(FIGURES / "episode_frame_hopper-bundled.png", frames[len(frames) // 2])
+        print(f"{video.name}: {len(frames)} frames; wrote the figures to {FIGURES}")
+
+
+if __name__ == "__main__":
+    main()
