@@ -11,7 +11,6 @@ import re
 import numpy as np
 import pytest
 import torch
-
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_cli import train_args
 from test_evaluation import hopper_policy
