@@ -208,12 +208,10 @@ class Trainer:
             device,
             seed=config.train.seed,
         )
-        run = RunDir(run_dir)
-        trainer = cls(
-            config, data, run, device, model, optimizer, scheduler, sampler, state_mean, state_std
-        )
-        trainer.shares_cpu = shares_cpu
-        return trainer
+        return cls(
+            config, data, RunDir(run_dir), device, model, optimizer, scheduler, sampler,
+            state_mean, state_std, shares_cpu=shares_cpu,
+        )  # fmt: skip
 
     def hold(self) -> None:
         """Take the run directory's locks (see RunLock): a second writer is refused."""

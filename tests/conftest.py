@@ -72,7 +72,9 @@ def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     previous = os.environ.get("MINARI_DATASETS_PATH")
     os.environ["MINARI_DATASETS_PATH"] = str(root)
     cheetah = "HalfCheetah-v5"
-    expert = sb3_policy(policy_file("tqc", cheetah), deterministic=False)
+    # Seeded: the SB3 policies sample their actions, and an unseeded recording differs from one
+    # session to the next (so would the tests that learn from it).
+    expert = sb3_policy(policy_file("tqc", cheetah), deterministic=False, seed=0)
     write_dataset(
         "mujoco/halfcheetah/expert-v0",
         cheetah,
@@ -96,7 +98,7 @@ def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         algorithm_name="random",
     )
     for quality, algo in (("medium", "sac"), ("expert", "tqc")):
-        policy = sb3_policy(policy_file(algo, hopper))
+        policy = sb3_policy(policy_file(algo, hopper), seed=0)
         write_dataset(
             f"mujoco/hopper/{quality}-v0",
             hopper,
