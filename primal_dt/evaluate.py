@@ -364,9 +364,8 @@ def record_videos(
     env = make_env(task.env_id, task.max_episode_steps, **task.env_kwargs)
     fps = env.metadata["render_fps"]  # real time: one frame per environment step
     env.close()
-    paths = []
+    paths, partial_path = [], folder / f".recording_step_{snapshot.step}.mp4"
     for job in make_jobs(tuple(options.targets or task.eval_targets), options.videos, seed):
-        partial_path = folder / f".recording_step_{snapshot.step}.mp4"
         with headless_rendering(), mp4_writer(partial_path, fps) as writer:
             returns, _ = rollout(policy, task, [job], on_frame=writer.append_data)
         path = folder / video_name(snapshot.step, job.target, job.seed, float(returns[0]))

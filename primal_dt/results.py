@@ -70,13 +70,12 @@ class EvalRecord:
         if "error" in data:
             return cls(int(data["step"]), str(data["checkpoint"]), error=str(data["error"]))
         reference = data.get("reference")
-        return cls(
-            **{**data, "best": bool(data.get("best", False))}
-            | {
-                "reference": ReferenceScores(**reference) if reference else None,
-                "results": [TargetSummary(**s) for s in data["results"]],
-            }
-        )
+        return cls(**{
+            **data,
+            "best": bool(data.get("best", False)),
+            "reference": ReferenceScores(**reference) if reference else None,
+            "results": [TargetSummary(**s) for s in data["results"]],
+        })  # fmt: skip
 
 
 def read_results(run: RunDir) -> list[EvalRecord]:
@@ -92,9 +91,10 @@ def read_results(run: RunDir) -> list[EvalRecord]:
     return records
 
 
-def has_final(run: RunDir, step: int) -> bool:
-    """Whether the run has a final evaluation at `step` or later."""
-    return any(r.final and r.step >= step for r in read_results(run))
+def final_missing(run: RunDir, step: int, final_episodes: int) -> bool:
+    """Whether the checkpoint at `step` still lacks the final evaluation the run asks for
+    (eval.final_episodes > 0): what --resume and sweeps complete for a run at its last step."""
+    return final_episodes > 0 and not any(r.final and r.step == step for r in read_results(run))
 
 
 def append_result(run: RunDir, record: EvalRecord) -> None:

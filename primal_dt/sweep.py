@@ -33,7 +33,7 @@ from typing import Any
 from primal_dt.config import Config, load_config, named_config_path, option_overrides
 from primal_dt.cpu import usable_cores
 from primal_dt.errors import PrimalDTError, first_line
-from primal_dt.results import has_final, read_results
+from primal_dt.results import final_missing, read_results
 from primal_dt.run import RunDir, find_runs, lock_file, read_snapshot
 from primal_dt.tasks import resolve_task
 
@@ -162,7 +162,7 @@ def inspect(run: Run, config: Config | None = None) -> Run:
     run.from_step = snapshot.step
     if run.from_step < run.steps:
         run.action = "resume"
-    elif snapshot.config.eval.final_episodes == 0 or has_final(run.run_dir, run.from_step):
+    elif not final_missing(run.run_dir, run.from_step, snapshot.config.eval.final_episodes):
         run.action = "finished"
     else:
         run.action = "evaluate"

@@ -35,7 +35,7 @@ from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError, first_
 from primal_dt.eval_service import EvalService, queue_snapshot
 from primal_dt.evaluate import EvalOptions
 from primal_dt.model import DecisionTransformer
-from primal_dt.results import EvalRecord, ResultsTail, describe, drop_results_after, has_final
+from primal_dt.results import EvalRecord, ResultsTail, describe, drop_results_after, final_missing
 from primal_dt.run import (
     EvalRequest,
     RunConfig,
@@ -410,9 +410,12 @@ class Trainer:
         """A run resumed at its last step, whose final evaluation never ran, queues only that
         (unless its snapshot still waits in the queue)."""
         episodes, run = self.config.eval.final_episodes, self.run_dir
-        if self.step < self.config.train.steps or not episodes or has_final(run, self.step):
-            return
-        if not run.queued(self.step).exists():
+        at_end = self.step >= self.config.train.steps
+        if (
+            at_end
+            and final_missing(run, self.step, episodes)
+            and not run.queued(self.step).exists()
+        ):
             self._queue_evaluation(EvalRequest(episodes, final=True))
 
     def _queue_evaluation(self, request: EvalRequest) -> None:
@@ -528,6 +531,13 @@ def resume_run(path: Path, steps: int | None = None, download: bool | None = Non
         config.train.steps = steps
     if download is not None:
         config.data.download = download
+    # Refused before anything is loaded or written: a run at its end with its final evaluation.
+    at_end = snapshot.step >= config.train.steps
+    if at_end and not final_missing(run, snapshot.step, config.eval.final_episodes):
+        raise ConfigError(
+            f"{run} is already at step {snapshot.step} of {config.train.steps}; "
+            f"pass --steps N with N > {snapshot.step} to train further"
+        )
     record = snapshot.task
     task = Task(record.name, record.dataset_ids, env_for_gym_id(record.env_id))
     data = load_task_data(task, config.data.download)
@@ -539,10 +549,4 @@ def resume_run(path: Path, steps: int | None = None, download: bool | None = Non
     trainer.restore(snapshot)
     trainer.hold()
     drop_results_after(run, trainer.step)
-    final_missing = config.eval.final_episodes and not has_final(run, trainer.step)
-    if trainer.step >= config.train.steps and not final_missing:
-        raise ConfigError(
-            f"{run} is already at step {trainer.step} of {config.train.steps}; "
-            f"pass --steps N with N > {trainer.step} to train further"
-        )
     return trainer
