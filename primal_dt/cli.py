@@ -248,7 +248,10 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
         "--ray", metavar="ADDRESS", help="run on this Ray cluster (e.g. auto, or HOST:6379)"
     )
     sweep.add_argument(
-        "--gpus-per-run", type=float, default=0.25, help="with --ray: GPUs per run (0.25)"
+        "--gpus-per-run",
+        type=float,
+        help="with --ray: GPUs each run asks for (default: 0.25 when the runs train on CUDA, 0 when "
+        "they train on CPUs: --device cpu, or auto on a cluster without GPUs)",
     )
     sweep.add_argument("--cpus-per-run", type=int, default=1, help="with --ray: CPUs per run (1)")
     sweep.set_defaults(func=_sweep)

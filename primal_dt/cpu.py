@@ -1,5 +1,5 @@
-"""How many CPU threads training uses, and how they wait, so that sharing the CPU costs about
-its share and never collapses.
+"""How many CPU threads training uses, how they wait, and how the evaluation process beside it
+yields, so that sharing the CPU costs about its share, never collapses, and never changes a result.
 
 torch runs its CPU work in OpenMP parallel regions. By default an OpenMP thread that reaches the
 end of a region spins, waiting for the others; when another process holds one of the cores, the
@@ -9,14 +9,19 @@ down several-fold (measured in scripts/bench_contention.py). So primal-dt:
 - makes OpenMP threads sleep instead of spin (OMP_WAIT_POLICY=PASSIVE), unless the user set a
   wait policy: see quiet_waits, which must run before torch is imported (the command line does);
 - trains with train.threads threads, or, when that is 0 (automatic), with OMP_NUM_THREADS where it
-  is set (sweeps set it to cores // parallel), else one per core this process may use;
-- while its own evaluation process evaluates on the same CPU, leaves that process its core
-  (one thread fewer, at least one), and takes the core back when the evaluation is done.
+  is set (sweeps set it to cores // parallel), else one per core this process may use; the count
+  is fixed for the whole run, because the order of floating-point sums, and with it every bit of
+  the weights, depends on it (a count that followed the evaluations would follow their timing);
+- runs its own evaluation process at the lowest scheduling priority (yield_cpu), so that where
+  training and evaluation want the same core the scheduler gives it to training.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+
+LOWEST_PRIORITY = 19  # the highest nice value: runs when nothing of normal priority wants a core
 
 
 def quiet_waits() -> None:
@@ -33,10 +38,16 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def training_threads(setting: int, evaluation_beside: bool = False) -> int:
-    """The intra-op threads for training: `setting` (train.threads) when > 0; else automatic, as
-    the module docstring says, one fewer while an evaluation runs beside training on this CPU."""
+def training_threads(setting: int) -> int:
+    """The intra-op threads for training, for the whole run: `setting` (train.threads) when > 0;
+    else automatic, as the module docstring says."""
     if setting > 0:
         return setting
-    threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or usable_cores()
-    return max(1, threads - 1) if evaluation_beside else threads
+    return int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or usable_cores()
+
+
+def yield_cpu() -> None:
+    """Lower this process (the evaluation beside training) to the lowest priority; its children
+    (environment workers) inherit it. Where the system refuses, it keeps its priority."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.nice(LOWEST_PRIORITY - os.nice(0))

@@ -11,6 +11,8 @@ Because the queue is files, nothing is lost when an evaluator stops: the next on
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import math
 import multiprocessing
 import os
@@ -26,6 +28,7 @@ from typing import Any
 
 import torch
 
+from primal_dt.cpu import yield_cpu
 from primal_dt.device import resolve_device
 from primal_dt.errors import PrimalDTError, first_line
 from primal_dt.evaluate import EvalOptions, add_videos, evaluate_snapshot, load_policy
@@ -40,6 +43,8 @@ from primal_dt.run import (
     write_snapshot,
 )
 from primal_dt.video import gif_summary, read_frames
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def queue_snapshot(run: RunDir, snapshot: Snapshot) -> Path:
@@ -60,10 +65,8 @@ class Evaluator:
         options: EvalOptions,
         device: torch.device,
         log: Callable[[str], None] = print,
-        purge_after: int | None = None,
     ) -> None:
         self.run, self.options, self.device, self.log = run, options, device, log
-        self.purge_after = purge_after  # a resumed run: its events after this step are dropped
         self._writer: Any = None
         scores = [r.score for r in read_results(run) if r.score is not None]
         self._best = max(scores, default=-math.inf)
@@ -137,12 +140,9 @@ class Evaluator:
         from torch.utils.tensorboard import SummaryWriter
 
         if self._writer is None:
-            purge = self.purge_after
-            self._writer = SummaryWriter(
-                str(self.run.path),
-                purge_step=None if purge is None else purge + 1,
-                filename_suffix=".eval",
-            )
+            # Never with a purge_step: a resumed run's trainer purges (train.py); a purge from
+            # this file, which starts later, would drop what the resumed trainer logged since.
+            self._writer = SummaryWriter(str(self.run.path), filename_suffix=".eval")
         for s in record.results:
             tag = f"eval/{s.target:g}"
             self._writer.add_scalar(f"{tag}/return", s.return_mean, record.step)
@@ -175,22 +175,34 @@ class Evaluator:
         return len(fresh)
 
 
+def die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when its parent dies (Linux's PR_SET_PDEATHSIG; elsewhere
+    the serving loop's parent check remains), and exit now if the parent is already gone."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(0)
+
+
 def serve(
     run_dir: str,
     options: EvalOptions,
-    purge_after: int | None,
     finish: Any,
     parent: int,
     poll_seconds: float = 0.5,
 ) -> None:
     """The evaluation process beside training: evaluate queued snapshots until the trainer sets
     `finish`, then empty the queue and exit. Ctrl-C is left to the trainer, which stops us; if the
-    trainer dies without a word (SIGKILL), we notice that our parent changed and exit too."""
+    trainer dies without a word (SIGKILL), so do we, at once (die_with_parent), so that no orphan
+    appends a result to a run that a new trainer has since resumed. We run at the lowest priority
+    (cpu.py), and on a CPU with one thread: training's cores and its thread count stay its own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)
+    yield_cpu()
     device = resolve_device(options.device, "eval.device")
     if device.type == "cpu":
-        torch.set_num_threads(1)  # leave the cores to training
-    with Evaluator(RunDir(Path(run_dir)), options, device, lambda line: None, purge_after) as ev:
+        torch.set_num_threads(1)
+    with Evaluator(RunDir(Path(run_dir)), options, device, lambda line: None) as ev:
         while os.getppid() == parent:
             finishing = finish.is_set()
             ev.evaluate_queue()
@@ -209,8 +221,11 @@ def watch(
 ) -> None:
     """`primal-dt eval --watch`: evaluate queued snapshots and newly saved checkpoints as they
     appear, until interrupted (or until stop() says so)."""
-    if not run_dir.is_dir():
-        raise PrimalDTError(f"--watch: run directory {run_dir} does not exist")
+    if not RunDir(run_dir).config_file.is_file():
+        raise PrimalDTError(
+            f"--watch: {run_dir} is not a primal-dt run directory (it has no "
+            f"{RunDir(run_dir).config_file.name}); give the run directory that train prints"
+        )
     lock = RunLock(RunDir(run_dir), "eval").acquire()  # one evaluator per run
     log(f"watching {run_dir} for checkpoints (Ctrl-C stops)")
     try:
@@ -227,8 +242,8 @@ class EvalService:
     context manager: entering starts the process; leaving on an error stops it at once, with the
     queued snapshots left for the next evaluator."""
 
-    def __init__(self, run: RunDir, options: EvalOptions, purge_after: int | None) -> None:
-        self.run, self.options, self.purge_after = run, options, purge_after
+    def __init__(self, run: RunDir, options: EvalOptions) -> None:
+        self.run, self.options = run, options
         self.context = multiprocessing.get_context("spawn")
         self.finish_event = self.context.Event()
         self.process: Any = None
@@ -248,7 +263,7 @@ class EvalService:
         # Not a daemon: eval.workers > 1 starts environment processes of its own.
         self.process = self.context.Process(
             target=serve,
-            args=(str(self.run), self.options, self.purge_after, self.finish_event, os.getpid()),
+            args=(str(self.run), self.options, self.finish_event, os.getpid()),
             name="primal-dt-eval",
         )
         self.process.start()

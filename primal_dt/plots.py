@@ -6,6 +6,7 @@ depends on a display; matplotlib is the optional `report` extra.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,19 @@ def _figure(width: float, height: float, columns: int = 1) -> tuple[Any, list[An
         ) from None
     figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
     return figure, [figure.add_subplot(1, columns, i + 1) for i in range(columns)]
+
+
+def _suptitle(figure: Any, text: str) -> None:
+    """The figure's title, wrapped at spaces until it is no wider than the figure (a title wider
+    than its figure is cut at both sides: constrained layout makes room above, never beside)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    title = figure.suptitle(text)
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    width = len(text)
+    while title.get_window_extent(renderer).width > 0.95 * figure.bbox.width and width > 10:
+        width -= 5
+        title.set_text(textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False))
 
 
 def mean_band(runs: Sequence[Series]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -70,16 +84,16 @@ def curves_figure(
     figure, (left, right) = _figure(11.0, 4.0, columns=2)
     for i, (config, runs) in enumerate(scores.items()):
         if any(runs):
-            _band(left, *mean_band(runs), f"{config} ({len(runs)} seeds)", _color(i))
+            label = f"{config} ({len(runs)} seed{'s' * (len(runs) > 1)})"
+            _band(left, *mean_band(runs), label, _color(i))
         if ksvd.get(config):
             steps, mean, std = mean_band(ksvd[config])
             _band(right, steps, mean, std, config, _color(i))
             if (mean - std > 0).all():
                 right.set_yscale("log")
-    left.set(title=f"{task}: evaluation", xlabel="training step", ylabel=score_label)
-    right.set(
-        title=f"{task}: KSVD loss (Primal blocks)", xlabel="training step", ylabel="train/ksvd_loss"
-    )
+    _suptitle(figure, task)
+    left.set(title="evaluation", xlabel="training step", ylabel=score_label)
+    right.set(title="KSVD loss (Primal blocks)", xlabel="training step", ylabel="train/ksvd_loss")
     for ax in (left, right):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -116,7 +130,7 @@ def spectra_figure(task: str, blocks: list[tuple[str, dict[str, list[np.ndarray]
     figure, axes = _figure(4.5 * len(blocks), 4.0, columns=len(blocks))
     for ax, (title, curves) in zip(axes, blocks, strict=True):
         _spectrum_axes(ax, curves, title)
-    figure.suptitle(f"{task}: attention output spectrum on fixed dataset windows")
+    _suptitle(figure, f"{task}: attention output spectrum on fixed dataset windows")
     return figure
 
 
@@ -149,7 +163,7 @@ def conditioning_figure(panels: dict[str, list[CurvePoints]], title: str, refere
         ax.set(title=label, xlabel=f"target ({unit})", ylabel=f"achieved ({unit})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    figure.suptitle(title)
+    _suptitle(figure, title)
     return figure
 
 

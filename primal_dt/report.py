@@ -2,8 +2,10 @@
 
 Every run directory under RUNS_DIR (a folder with config.json) is read: config.json for the task,
 the config's name and its settings, eval.jsonl for scores, TensorBoard events for the KSVD loss,
-ckpt.pt for the dataset, reference scores and the attention spectrum. Runs are grouped by (task,
-config name). Per group, over seeds:
+ckpt.pt for the dataset, reference scores and the attention spectrum. Runs are grouped by the
+(task, config name) their config.json records, never by folder names, and a group's seeds are the
+train.seed each run's config.json records; a second run of the same (task, config, seed) is counted
+once (the one trained furthest) and named in the notes. Per group, over seeds:
 
 - final: the score of the final evaluation (eval.final_episodes episodes per target);
 - best: the best score of any evaluation during training (a max over evaluations: optimistic).
@@ -153,6 +155,25 @@ def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> l
         except PrimalDTError as err:  # not a primal-dt run after all
             print(f"skipping {folder}: {err}", file=sys.stderr)
     return runs
+
+
+def distinct(runs: list[RunResult]) -> tuple[list[RunResult], list[RunResult]]:
+    """(the runs to count, the duplicates left out): of the runs of one (task, config, seed), the
+    one trained furthest (its checkpoint's step, then a final evaluation) is counted, the first by
+    path among equals; it gets a note naming the folders of the others."""
+    same: dict[tuple[str, str, int], list[RunResult]] = {}
+    for run in sorted(runs, key=lambda r: r.path):
+        same.setdefault((run.task, run.config, run.seed), []).append(run)
+    kept, left_out = [], []
+    for members in same.values():
+        best = max(members, key=lambda r: (r.step or 0, r.final is not None))
+        others = [r for r in members if r is not best]
+        if others:
+            folders = ", ".join(str(r.path) for r in others)
+            best.notes.append(f"same task, config and seed as {folders}: counted once, as this run")
+        kept.append(best)
+        left_out += others
+    return kept, left_out
 
 
 @dataclass
@@ -328,7 +349,7 @@ def figures(runs: list[RunResult], out: Path) -> list[Path]:
             panels = {c: [curve_points(r.curve) for r in with_curves if r.config == c]
                       for c in configs if any(r.config == c for r in with_curves)}  # fmt: skip
             reference = with_curves[0].curve.reference
-            title = f"{task}: return conditioning (achieved against target)"
+            title = f"{task}: achieved against target return"
             figure = conditioning_figure(panels, title, reference)
             written.append(save(figure, out / f"return_curve_{_safe(task)}.png"))
         with_spectra = [r for r in mine if r.spectra]
@@ -355,16 +376,20 @@ def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Pat
     from primal_dt.dashboards import copy_run, write_layout
 
     out = out or runs_dir / "report"
-    runs = collect(runs_dir, skip=out)
+    found = collect(runs_dir, skip=out)
+    runs, left_out = distinct(found)
     out.mkdir(parents=True, exist_ok=True)
     rows = group(runs)
     written = [write_csv(rows, out / "report.csv"), *figures(runs, out)]
     notes = [f"- {run.name} ({run.path}): {note}" for run in runs for note in run.notes]
+    counted = f"{len(runs)} runs"
+    if left_out:
+        counted += f" ({len(left_out)} duplicate{'s' * (len(left_out) > 1)} left out, see Notes)"
     images = [f"![{p.stem}]({p.name})" for p in written if p.suffix == ".png"]
     text = "\n\n".join(
         [
             f"# primal-dt report: {runs_dir}",
-            f"{len(runs)} runs. Score: the normalised score of the best evaluation target, "
+            f"{counted}. Score: the normalised score of the best evaluation target, "
             f"100 (R - R_random) / (R_expert - R_random); mean ± std over seeds (numpy, ddof 0). "
             f"**final**: the final evaluation; **best**: the best evaluation during training (a "
             f"max over evaluations, so optimistic). **average**: the mean over tasks of each "
@@ -381,7 +406,7 @@ def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Pat
     )
     (out / "report.md").write_text(text + "\n")
     written.insert(0, out / "report.md")
-    write_layout(runs_dir, [run.task for run in runs])
-    for run in runs:
+    write_layout(runs_dir, [run.task for run in found])
+    for run in found:
         copy_run(run.path, run.task)
     return markdown_table(rows), written

@@ -80,10 +80,14 @@ class EvalRecord:
 
 def read_results(run: RunDir) -> list[EvalRecord]:
     """Every record in eval.jsonl; a line cut short by a crash is skipped."""
-    if not run.results.exists():
-        return []
+    return _parse(run.results.read_bytes()) if run.results.exists() else []
+
+
+def _parse(data: bytes) -> list[EvalRecord]:
+    """The records of eval.jsonl lines; a line cut short by a crash (and continued by the next
+    append) is skipped."""
     records = []
-    for line in run.results.read_text().splitlines():
+    for line in data.decode(errors="replace").splitlines():
         try:
             records.append(EvalRecord.from_dict(json.loads(line)))
         except (ValueError, TypeError, KeyError):
@@ -98,11 +102,21 @@ def final_missing(run: RunDir, step: int, final_episodes: int) -> bool:
 
 
 def append_result(run: RunDir, record: EvalRecord) -> None:
-    """One line, written with a single append so concurrent writers never interleave."""
+    """One line, written with a single append so concurrent writers never interleave. A line the
+    disk has no room for raises OSError and leaves nothing: never a line cut short, which the next
+    record would be glued onto."""
     line = (json.dumps(record.to_dict()) + "\n").encode()
     fd = os.open(run.results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
+        written = os.write(fd, line)
+        if written < len(line):  # a full disk takes what fits: the rest's write says why
+            try:
+                os.write(fd, line[written:])
+            except OSError:
+                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - written)
+                raise
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(run.results)) from None
     finally:
         os.close(fd)
 
@@ -116,13 +130,17 @@ def drop_results_after(run: RunDir, step: int) -> None:
 
 
 class ResultsTail:
-    """New records of eval.jsonl since the last call: how the trainer hears of evaluations."""
+    """The records of eval.jsonl not yet handed out: how the trainer hears of evaluations. The
+    first `shown` records count as handed out already (None: all the file holds now)."""
 
-    def __init__(self, run: RunDir) -> None:
-        self.path = run.results
-        self.offset = self.path.stat().st_size if self.path.exists() else 0
+    def __init__(self, run: RunDir, shown: int | None = None) -> None:
+        self.path, self.offset = run.results, 0
+        present = self._read()
+        self.shown = len(present) if shown is None else min(shown, len(present))
+        self._unshown = present[self.shown :]
 
-    def new(self) -> list[EvalRecord]:
+    def _read(self) -> list[EvalRecord]:
+        """The records of the complete lines appended since the last read."""
         if not self.path.exists():
             return []
         with self.path.open("rb") as file:
@@ -130,8 +148,12 @@ class ResultsTail:
             data = file.read()
         complete = data[: data.rfind(b"\n") + 1]
         self.offset += len(complete)
-        lines = complete.decode().splitlines()
-        return [EvalRecord.from_dict(json.loads(line)) for line in lines if line.strip()]
+        return _parse(complete)
+
+    def new(self) -> list[EvalRecord]:
+        records, self._unshown = self._unshown + self._read(), []
+        self.shown += len(records)
+        return records
 
 
 def describe(record: EvalRecord) -> str:

@@ -65,8 +65,13 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
             tmp.flush()
             os.fsync(tmp.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp_name).unlink(missing_ok=True)
+        # A full disk as what it is, naming the file: torch.save turns the OSError of its
+        # writes into a RuntimeError ("unexpected pos ...") and the file's own errors name none.
+        cause = err if isinstance(err, OSError) else err.__context__
+        if isinstance(cause, OSError) and cause.errno and not cause.filename:
+            raise OSError(cause.errno, cause.strerror, str(path)) from err
         raise
 
 
@@ -175,15 +180,23 @@ def find_runs(root: Path) -> list[Path]:
 def lock_file(path: Path) -> tuple[IO[str] | None, str]:
     """An exclusive lock on the file at path, with this process's pid written in it: (the open
     file, which holds the lock until closed or until the process dies, ""), or (None, the holder's
-    pid) where another process holds it."""
-    file = path.open("a+")
-    try:
-        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        file.seek(0)
-        holder = file.read().strip() or "?"
+    pid) where another process holds it. A holder removes the file when it releases the lock
+    (RunLock.release), so a lock taken on a file that is no longer at path is taken again."""
+    while True:
+        file = path.open("a+")
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            file.seek(0)
+            holder = file.read().strip() or "?"
+            file.close()
+            return None, holder
+        try:
+            if os.stat(path).st_ino == os.fstat(file.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
         file.close()
-        return None, holder
     file.truncate(0)
     file.write(str(os.getpid()))
     file.flush()
@@ -212,14 +225,31 @@ class RunLock:
         self.run.path.mkdir(parents=True, exist_ok=True)
         file, holder = lock_file(self.path)
         if file is None:
-            raise RunBusy(
-                f"{self.run} is in use: process {holder} is its {self.role} writer; wait for it to "
-                f"end (or stop it), or use another run directory"
-            )
+            raise self.busy(holder)
         self._file = file
         for path in self._writes():  # no writer of ours is left to finish these
             remove_temporaries(path)
         return self
+
+    def holder(self) -> str | None:
+        """The pid of the process that holds this lock, or None where none does (this creates
+        nothing)."""
+        try:
+            file = self.path.open("r")
+        except FileNotFoundError:
+            return None
+        with file:
+            try:
+                fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return file.read().strip() or "?"
+        return None
+
+    def busy(self, holder: str) -> RunBusy:
+        return RunBusy(
+            f"{self.run} is in use: process {holder} is its {self.role} writer; wait for it to "
+            f"end (or stop it), or use another run directory"
+        )
 
     def _writes(self) -> list[Path]:
         """What this role writes atomically (step_* stands for any step)."""
@@ -230,7 +260,9 @@ class RunLock:
         return [run.best, run.spectrum_windows]
 
     def release(self) -> None:
+        """Remove the lock file, then let go of it: a finished run leaves no lock behind."""
         if self._file is not None:
+            self.path.unlink(missing_ok=True)
             self._file.close()
             self._file = None
 
@@ -317,7 +349,8 @@ class EvalRequest:
 @dataclass
 class TrainingState:
     """Everything besides the policy that resuming needs to continue exactly: the optimizer,
-    scheduler, sampler and RNG states, and the loss sums pending for the next log."""
+    scheduler, sampler and RNG states, the loss sums pending for the next log, and how many
+    records of eval.jsonl the trainer had printed (a resumed run prints the ones after them)."""
 
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
@@ -326,6 +359,7 @@ class TrainingState:
     rng_cuda: list[Tensor]
     pending_sums: Tensor
     pending_count: int
+    results_shown: int | None = None  # None: not recorded (older checkpoints): print none
 
 
 @dataclass
@@ -389,6 +423,8 @@ def _payload(snapshot: Snapshot) -> dict[str, Any]:
         payload["sampler"] = state.sampler
         payload["rng"] = {"torch": state.rng_torch, "cuda": state.rng_cuda}
         payload["pending_log"] = {"sums": state.pending_sums, "count": state.pending_count}
+        if state.results_shown is not None:
+            payload["results_shown"] = state.results_shown
     return payload
 
 
@@ -405,6 +441,7 @@ def _snapshot(payload: dict[str, Any]) -> Snapshot:
             rng_cuda=list(payload["rng"]["cuda"]),
             pending_sums=pending["sums"],
             pending_count=int(pending["count"]),
+            results_shown=payload.get("results_shown"),
         )
     return Snapshot(
         step=int(payload["step"]),

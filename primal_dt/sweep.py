@@ -7,8 +7,10 @@ interrupted ones from their checkpoint, and only evaluates runs whose training e
 final evaluation did not. Every run is an ordinary `primal-dt train` command line: a start (--env, --config, --run-dir and
 the run's settings as --set overrides, from the same mapping the command line uses) or a
 `--resume`, which also finishes a run that only lacks its final evaluation. With --ray ADDRESS the
-same commands are Ray tasks on an existing cluster,
-each asking for a fraction of a GPU; RUNS_DIR must then be a folder every node sees.
+same commands are Ray tasks on an existing cluster, each asking for a fraction of a GPU when the
+runs train on CUDA and for none when they train on CPUs; RUNS_DIR must then be a folder every node
+sees. Everything is checked (the grid, the runs found, the cluster's GPUs) before anything is
+written into RUNS_DIR.
 
 A run is finished when its ckpt.pt is at the configured steps and eval.jsonl has its final
 evaluation (or eval.final_episodes is 0). Each run writes its output to RUN_DIR/train.log; a failing
@@ -25,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,9 @@ MECHANICS = {
     "eval": {"device", "workers", "service"},
     "data": {"download"},
 }
+
+# What a run training on CUDA asks Ray for where --gpus-per-run is not given: 4 runs share a GPU.
+GPUS_PER_CUDA_RUN = 0.25
 
 
 class SweepError(PrimalDTError):
@@ -82,7 +87,7 @@ class SweepOptions:
     offline: bool = False
     overrides: list[str] = field(default_factory=list)
     ray_address: str | None = None
-    gpus_per_run: float = 0.25
+    gpus_per_run: float | None = None  # None: GPUS_PER_CUDA_RUN for runs on CUDA, 0 on CPUs
     cpus_per_run: int = 1
 
     def validate(self) -> SweepOptions:
@@ -91,7 +96,7 @@ class SweepOptions:
                 raise SweepError(f"--{name} is empty; give a comma-separated list")
         if self.parallel < 1:
             raise SweepError(f"--parallel must be >= 1, got {self.parallel}")
-        if self.gpus_per_run < 0 or self.cpus_per_run < 1:
+        if (self.gpus_per_run or 0) < 0 or self.cpus_per_run < 1:
             raise SweepError("--gpus-per-run must be >= 0 and --cpus-per-run >= 1")
         return self
 
@@ -122,6 +127,7 @@ class Run:
     run_dir: RunDir
     steps: int
     overrides: list[str]  # the run's settings as --set overrides
+    device: str = "auto"  # train.device it trains on: the sweep's, or its checkpoint's if resumed
     action: str = "start"  # start | resume | evaluate (resume for the final evaluation) | finished
     from_step: int = 0
 
@@ -160,6 +166,7 @@ def inspect(run: Run, config: Config | None = None) -> Run:
                 f"--runs-dir"
             )
     run.from_step = snapshot.step
+    run.device = snapshot.config.train.device
     if run.from_step < run.steps:
         run.action = "resume"
     elif not final_missing(run.run_dir, run.from_step, snapshot.config.eval.final_episodes):
@@ -191,6 +198,7 @@ def plan(options: SweepOptions) -> list[Run]:
                 config = load_config(path, overrides, task)
                 run_dir = RunDir(options.runs_dir.resolve() / task / f"{name}-s{seed}")
                 run = Run(task, name, arg, seed, run_dir, config.train.steps, overrides)
+                run.device = config.train.device
                 runs.append(inspect(run, config))
     return runs
 
@@ -298,28 +306,14 @@ class Sweep:
                 f"same command again to resume"
             ) from None
 
-    def run_ray(self) -> None:
-        """Every run a Ray task asking for --gpus-per-run GPUs and --cpus-per-run CPUs."""
-        try:
-            import ray
-        except ImportError:
-            raise SweepError("--ray needs Ray: pip install 'primal-dt[ray]'") from None
+    def run_ray(self, ray: Any, gpus: float) -> None:
+        """Every run a Ray task asking for `gpus` GPUs and --cpus-per-run CPUs (connected by
+        ray_cluster, checked by ray_gpus)."""
         options = self.options
-        connected = ray.is_initialized()  # e.g. a notebook that called ray.init() itself
-        if not connected:
-            ray.init(address=options.ray_address, log_to_driver=False, logging_level="warning")
+        task = ray.remote(num_gpus=gpus, num_cpus=options.cpus_per_run)(run_logged)
+        env = thread_env(options.cpus_per_run)
         refs: dict[Any, Run] = {}
         try:
-            gpus = ray.cluster_resources().get("GPU", 0)
-            if options.gpus_per_run > gpus:
-                raise SweepError(
-                    f"the Ray cluster at {options.ray_address} has {gpus:g} GPUs but each run asks "
-                    f"for {options.gpus_per_run:g}; pass --gpus-per-run 0 to train on CPUs"
-                )
-            task = ray.remote(num_gpus=options.gpus_per_run, num_cpus=options.cpus_per_run)(
-                run_logged
-            )
-            env = thread_env(options.cpus_per_run)
             for run in self.todo:
                 log = self.prepare(run)
                 self.begin(run)
@@ -339,9 +333,51 @@ class Sweep:
                 "sweep interrupted; the running runs were asked to save a checkpoint; run the "
                 "same command again to resume"
             ) from None
-        finally:
-            if not connected:
-                ray.shutdown()
+
+
+@contextmanager
+def ray_cluster(address: str | None) -> Iterator[Any]:
+    """The ray module, connected to the cluster at address while inside (or to the instance this
+    process already started, e.g. a notebook's, which is left running)."""
+    try:
+        import ray
+    except ImportError:
+        raise SweepError("--ray needs Ray: pip install 'primal-dt[ray]'") from None
+    connected = ray.is_initialized()
+    if not connected:
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level="warning")
+        except (ConnectionError, ValueError) as err:
+            raise SweepError(
+                f"cannot connect to the Ray cluster at {address}: {first_line(err)}"
+            ) from None
+    try:
+        yield ray
+    finally:
+        if not connected:
+            ray.shutdown()
+
+
+def ray_gpus(options: SweepOptions, runs: list[Run], cluster_gpus: float) -> float:
+    """The GPUs each run asks Ray for: --gpus-per-run where given, else GPUS_PER_CUDA_RUN when a
+    run trains on CUDA (train.device cuda, or auto on a cluster with GPUs) and 0 when they all
+    train on CPUs. A request the cluster cannot satisfy is a SweepError."""
+    where = f"the Ray cluster at {options.ray_address}"
+    cuda = [run.device for run in runs if run.device.startswith("cuda")]
+    if cuda and not cluster_gpus:
+        raise SweepError(
+            f"train.device is {cuda[0]} but {where} has no GPUs; use --device cpu or auto"
+        )
+    on_cuda = bool(cuda) or (cluster_gpus > 0 and any(run.device == "auto" for run in runs))
+    gpus = options.gpus_per_run
+    if gpus is None:
+        gpus = GPUS_PER_CUDA_RUN if on_cuda else 0.0
+    if gpus > cluster_gpus:
+        hint = f"give at most {cluster_gpus:g}" if cluster_gpus else "leave it out to train on CPUs"
+        raise SweepError(
+            f"{where} has {cluster_gpus:g} GPUs but --gpus-per-run asks for {gpus:g} per run; {hint}"
+        )
+    return gpus
 
 
 def run_logged(cmd: list[str], log: str, env: dict[str, str]) -> int:
@@ -394,36 +430,43 @@ def _stop(processes: list[subprocess.Popen]) -> None:
 
 
 def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list[Run]:
-    """Plan the grid, write the TensorBoard layout, run what is left; raises SweepFailed if any
-    run failed (after the others ended)."""
+    """Plan the grid and check it (and the Ray cluster's GPUs) before writing anything; then take
+    the runs directory's lock, write the TensorBoard layout and run what is left. Raises
+    SweepFailed if any run failed (after the others ended)."""
     from primal_dt.dashboards import write_layout
 
     options.validate()
     runs = plan(options)
     sweep = Sweep(options, runs, out)
-    counts = {
-        a: sum(r.action == a for r in runs) for a in ("finished", "resume", "start", "evaluate")
-    }
-    where = (
-        f"on Ray at {options.ray_address}"
-        if options.ray_address
-        else f"{options.parallel} at a time"
+    on_ray = bool(options.ray_address and sweep.todo)
+    cluster: AbstractContextManager[Any] = (
+        ray_cluster(options.ray_address) if on_ray else nullcontext()
     )
-    out(
-        f"sweep: {len(runs)} runs in {options.runs_dir} ({len(options.tasks)} tasks x "
-        f"{len(options.configs)} configs x {len(options.seeds)} seeds): {counts['finished']} "
-        f"finished, {counts['resume']} to resume, {counts['start']} to start, "
-        f"{counts['evaluate']} to evaluate; {where}"
-    )
-    write_layout(options.runs_dir, [*options.tasks, *_tasks_in(options.runs_dir)])
-    if sweep.todo:
-        log = RunDir(Path("RUN_DIR")).log
-        out(f"each run logs to {log}; watch: tensorboard --logdir {options.runs_dir}")
-    with sigterm_interrupts(), sweep_lock(options.runs_dir):
-        if sweep.todo and options.ray_address:
-            sweep.run_ray()
-        elif sweep.todo:
-            sweep.run_local()
+    with cluster as ray:  # connected first: the cluster's GPUs are checked before any writing
+        gpus = ray_gpus(options, sweep.todo, ray.cluster_resources().get("GPU", 0)) if on_ray else 0
+        counts = {
+            a: sum(r.action == a for r in runs) for a in ("finished", "resume", "start", "evaluate")
+        }
+        where = f"{options.parallel} at a time"
+        if options.ray_address:
+            where = f"on Ray at {options.ray_address}"
+        if on_ray:
+            where += f", {gpus:g} GPUs per run"
+        out(
+            f"sweep: {len(runs)} runs in {options.runs_dir} ({len(options.tasks)} tasks x "
+            f"{len(options.configs)} configs x {len(options.seeds)} seeds): {counts['finished']} "
+            f"finished, {counts['resume']} to resume, {counts['start']} to start, "
+            f"{counts['evaluate']} to evaluate; {where}"
+        )
+        with sigterm_interrupts(), sweep_lock(options.runs_dir):
+            write_layout(options.runs_dir, [*options.tasks, *_tasks_in(options.runs_dir)])
+            if sweep.todo:
+                log = RunDir(Path("RUN_DIR")).log
+                out(f"each run logs to {log}; watch: tensorboard --logdir {options.runs_dir}")
+            if on_ray:
+                sweep.run_ray(ray, gpus)
+            elif sweep.todo:
+                sweep.run_local()
     if sweep.failed:
         names = ", ".join(run.name for run, _ in sweep.failed)
         raise SweepFailed(
@@ -439,6 +482,7 @@ def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list
 @contextmanager
 def sweep_lock(runs_dir: Path) -> Iterator[None]:
     """One sweep at a time per runs directory: a second one would restart the first one's runs."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
     file, holder = lock_file(runs_dir / ".sweep.lock")
     if file is None:
         raise SweepError(

@@ -12,10 +12,14 @@ A quality resolves to: the official dataset if it is in the Minari root, else pr
 
 from __future__ import annotations
 
+import os
+import sys
 import tomllib
 import warnings
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
+from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
@@ -159,17 +163,35 @@ def _mujoco_warning(message: str) -> None:
         warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
 
 
+def import_mujoco() -> ModuleType:
+    """MuJoCo, imported without an OpenGL back-end, whatever MUJOCO_GL says.
+
+    `import mujoco` loads the back-end MUJOCO_GL names, and fails outright when its library is
+    missing (MUJOCO_GL=osmesa without libOSMesa: "'NoneType' object has no attribute
+    'glGetError'"), yet the simulation needs no OpenGL. Gymnasium loads the back-end itself when an
+    environment draws its first frame (video.py turns a missing one into VideoUnavailable).
+    """
+    if "mujoco" not in sys.modules:
+        chosen = os.environ.get("MUJOCO_GL")
+        os.environ["MUJOCO_GL"] = "disable"
+        try:
+            import mujoco  # noqa: F401
+        finally:
+            if chosen is None:
+                del os.environ["MUJOCO_GL"]
+            else:
+                os.environ["MUJOCO_GL"] = chosen
+    return sys.modules["mujoco"]
+
+
 def quiet_mujoco_warnings() -> None:
-    """Say each MuJoCo compiler warning once, not at every environment built.
+    """Import MuJoCo without a renderer (import_mujoco) and have it say each compiler warning
+    once, not at every environment built.
 
     (MuJoCo 4 warns that Gymnasium's HalfCheetah XML uses the deprecated 'settotalmass'.)
     """
-    try:
-        import mujoco
-
-        mujoco.set_mju_user_warning(_mujoco_warning)
-    except (ImportError, AttributeError):
-        pass
+    with suppress(ImportError, AttributeError):  # no MuJoCo, or one without this hook
+        import_mujoco().set_mju_user_warning(_mujoco_warning)
 
 
 def make_env(env_id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:

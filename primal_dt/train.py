@@ -24,7 +24,6 @@ import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
-from tqdm.auto import tqdm
 
 from primal_dt.config import Config
 from primal_dt.cpu import training_threads
@@ -35,6 +34,7 @@ from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError, first_
 from primal_dt.eval_service import EvalService, queue_snapshot
 from primal_dt.evaluate import EvalOptions
 from primal_dt.model import DecisionTransformer
+from primal_dt.progress import Progress, progress_bar
 from primal_dt.results import EvalRecord, ResultsTail, describe, drop_results_after, final_missing
 from primal_dt.run import (
     EvalRequest,
@@ -47,6 +47,7 @@ from primal_dt.run import (
     atomic_copy,
     read_snapshot,
     run_of,
+    step_of,
     write_run_config,
     write_snapshot,
 )
@@ -124,7 +125,7 @@ class Live:
     (None where nobody evaluates beside training) and the results it sends back."""
 
     writer: SummaryWriter
-    bar: tqdm
+    bar: Progress
     service: EvalService | None
     results: ResultsTail
     tick: float
@@ -153,14 +154,15 @@ class Trainer:
     # checkpoints so a run stopped between two logs logs the same averages after resuming.
     pending: torch.Tensor | None = None
     pending_count: int = 0
+    # How many records of eval.jsonl have been printed (saved in checkpoints: a resumed run prints
+    # those that came after, while the interrupted run was stopping).
+    results_shown: int | None = None
     # The module the training step calls: the model, or its torch.compile'd wrapper (which
     # shares its parameters; checkpoints always save the plain model's state_dict).
     forward_model: torch.nn.Module | None = None
     # The run directory's writer locks: the trainer's, and the evaluator's where our own
     # evaluation process is the evaluator (eval.service = "process").
     locks: list[RunLock] = field(default_factory=list)
-    # Whether our own evaluation process evaluates on the CPU this loop trains on (cpu.py).
-    shares_cpu: bool = False
 
     def __post_init__(self) -> None:
         self.locks = [RunLock(self.run_dir, "train")]
@@ -179,12 +181,12 @@ class Trainer:
     @classmethod
     def create(cls, config: Config, data: TaskData, run_dir: Path) -> Trainer:
         device = resolve_device(config.train.device, "train.device")
-        shares_cpu = False
         if config.eval.service == "process" and evaluates(config):
-            # Checked now, not at the first evaluation.
-            eval_device = resolve_device(config.eval.device, "eval.device")
-            shares_cpu = device.type == eval_device.type == "cpu"
+            resolve_device(
+                config.eval.device, "eval.device"
+            )  # checked now, not at the first evaluation
         if device.type == "cpu":
+            # One count for the whole run: the weights' bits depend on it (cpu.py).
             torch.set_num_threads(training_threads(config.train.threads))
         seed_everything(config.train.seed)
         state_mean, state_std = data.state_stats()
@@ -210,7 +212,7 @@ class Trainer:
         )
         return cls(
             config, data, RunDir(run_dir), device, model, optimizer, scheduler, sampler,
-            state_mean, state_std, shares_cpu=shares_cpu,
+            state_mean, state_std,
         )  # fmt: skip
 
     def hold(self) -> None:
@@ -247,6 +249,7 @@ class Trainer:
                 rng_cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
                 pending_sums=self.pending.cpu(),
                 pending_count=self.pending_count,
+                results_shown=self.results_shown,
             )
         return Snapshot(
             step=self.step,
@@ -303,6 +306,7 @@ class Trainer:
         self.step = snapshot.step
         self.pending = state.pending_sums.to(self.device)
         self.pending_count = state.pending_count
+        self.results_shown = state.results_shown
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -357,7 +361,10 @@ class Trainer:
     def _start(self, stack: ExitStack, progress: bool) -> Live:
         """Open the run's outputs; the stack closes them (and stops the evaluation process if
         the loop fails) however the loop ends."""
-        # On resume, drop any events logged after the checkpoint by the interrupted process.
+        # On resume, drop every event (train/* and eval/*) logged after the checkpoint by the
+        # interrupted run. Only this writer purges: TensorBoard reads a run's event files in the
+        # order they were created and a purge drops the points of every file read before it, so
+        # it must come from the first file the resumed run creates.
         purge = self.step + 1 if self.step else None
         writer = stack.enter_context(SummaryWriter(str(self.run_dir.path), purge_step=purge))
         if self.step == 0:
@@ -366,12 +373,14 @@ class Trainer:
         service = None
         if evaluates(self.config) and self.config.eval.service == "process":
             options = EvalOptions(device=self.config.eval.device, workers=self.config.eval.workers)
-            service = stack.enter_context(EvalService(self.run_dir, options, self.step or None))
+            service = stack.enter_context(EvalService(self.run_dir, options))
         bar = stack.enter_context(
-            tqdm(total=self.config.train.steps, initial=self.step, disable=not progress,
-                 desc=self.data.task.name, unit="step", dynamic_ncols=True)
-        )  # fmt: skip
-        return Live(writer, bar, service, ResultsTail(self.run_dir), time.perf_counter())
+            progress_bar(self.config.train.steps, self.step, self.data.task.name, progress)
+        )
+        live = Live(writer, bar, service, ResultsTail(self.run_dir, self.results_shown), 0.0)
+        self._say_results(live)  # of a resumed run: those its predecessor never printed
+        live.tick = time.perf_counter()
+        return live
 
     def _log(self, live: Live) -> None:
         """The mean losses since the last log to TensorBoard and the bar, and the evaluation
@@ -392,11 +401,15 @@ class Trainer:
         live.bar.set_postfix(action=f"{act:.4f}", ksvd=f"{ksvd:.3g}", refresh=False)
         self.pending.zero_()
         self.pending_count, live.tick = 0, now
-        for record in live.results.new():
-            live.say(describe(record))
+        self._say_results(live)
         if live.service is not None:
             live.service.check(live.say)
-        self._share_cpu(evaluating=bool(self.run_dir.queued_snapshots()))
+
+    def _say_results(self, live: Live) -> None:
+        """Print the evaluation results that arrived since the last call."""
+        for record in live.results.new():
+            live.say(describe(record))
+        self.results_shown = live.results.shown
 
     def _queue_due_evaluation(self, final: bool) -> None:
         """The final evaluation at the last step; a periodic one every eval_every steps."""
@@ -421,14 +434,6 @@ class Trainer:
     def _queue_evaluation(self, request: EvalRequest) -> None:
         self._check_finite()  # never evaluate a diverged model
         queue_snapshot(self.run_dir, self.snapshot(request))
-        self._share_cpu(evaluating=True)
-
-    def _share_cpu(self, evaluating: bool) -> None:
-        """While our evaluation process evaluates on this CPU, leave it a core (cpu.py)."""
-        if self.shares_cpu:
-            threads = training_threads(self.config.train.threads, evaluating)
-            if threads != torch.get_num_threads():
-                torch.set_num_threads(threads)
 
     def _interrupted(self, signum: int) -> TrainingInterrupted:
         return TrainingInterrupted(
@@ -525,6 +530,9 @@ def resume_run(path: Path, steps: int | None = None, download: bool | None = Non
     """Continue the run in `path` (a run directory or its ckpt.pt) from its checkpoint, to its
     configured or to `steps` steps, or only to its final evaluation where that is what is left."""
     run = run_of(path)
+    holder = RunLock(run, "train").holder()
+    if holder is not None:  # also before its first checkpoint, when nothing else says it is a run
+        raise RunLock(run, "train").busy(holder)
     snapshot = read_snapshot(run.path)
     config = snapshot.config
     if steps is not None:
@@ -548,5 +556,9 @@ def resume_run(path: Path, steps: int | None = None, download: bool | None = Non
     trainer = Trainer.create(config, data, run.path)
     trainer.restore(snapshot)
     trainer.hold()
+    # The steps after the checkpoint are trained again, and evaluated again with them.
     drop_results_after(run, trainer.step)
+    for queued in run.queued_snapshots():
+        if step_of(queued) > trainer.step:
+            queued.unlink()
     return trainer

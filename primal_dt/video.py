@@ -5,14 +5,16 @@ Rendering needs an OpenGL back-end for MuJoCo. primal-dt uses EGL: on a machine 
 it draws there, and on a headless machine without one Mesa's EGL draws on the CPU (llvmpipe). It
 needs the system's EGL and Mesa libraries (Debian/Ubuntu: apt-get install libegl1 libegl-mesa0
 libgl1-mesa-dri libopengl0, present on most desktop and CI images) and MUJOCO_GL=egl, which
-headless_rendering sets while it draws, unless MUJOCO_GL is set already (MUJOCO_GL=osmesa with libosmesa6 is the
-other CPU back-end). MP4 files are written with imageio and its bundled ffmpeg (the `video`
-extra). Rendering only reads the simulation, so an episode returns the same whether it is
-rendered or not (the tests check it).
+headless_rendering sets while it draws, unless MUJOCO_GL is set already (MUJOCO_GL=osmesa with
+libosmesa6 is the other CPU back-end). Only drawing needs the back-end: MuJoCo is imported without
+one (tasks.import_mujoco), so an evaluation without video works whatever MUJOCO_GL says. MP4 files
+are written with imageio and its bundled ffmpeg (the `video` extra). Rendering only reads the
+simulation, so an episode returns the same whether it is rendered or not (the tests check it).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,24 +25,55 @@ import numpy as np
 
 from primal_dt.errors import PrimalDTError, first_line
 
-INSTALL_HINT = (
-    "install MuJoCo's offscreen back-end, EGL with Mesa (Debian/Ubuntu: apt-get install libegl1 "
-    "libegl-mesa0 libgl1-mesa-dri libopengl0) and leave MUJOCO_GL unset or set it to egl"
-)
+# The system packages (Debian/Ubuntu) each CPU-capable offscreen back-end of MuJoCo needs.
+BACK_END_PACKAGES = {
+    "egl": "libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0",
+    "osmesa": "libosmesa6",
+}
+
+
+def install_hint(back_end: str | None) -> str:
+    """What to install for the back-end MUJOCO_GL names; for any other, EGL (the default)."""
+    back_end = (back_end or "").lower().strip()
+    packages = BACK_END_PACKAGES.get(back_end)
+    if packages is not None:
+        return f"install MuJoCo's {back_end} back-end (Debian/Ubuntu: apt-get install {packages})"
+    return (
+        "install MuJoCo's offscreen back-end, EGL with Mesa (Debian/Ubuntu: apt-get install "
+        f"{BACK_END_PACKAGES['egl']}) and leave MUJOCO_GL unset or set it to egl"
+    )
 
 
 class VideoUnavailable(PrimalDTError):
     """Videos cannot be made here: no rendering back-end, or no MP4 writer."""
 
 
+def cannot_render(err: BaseException) -> VideoUnavailable:
+    """Why nothing can be drawn: the back-end MUJOCO_GL names, the error, and what to install."""
+    back_end = os.environ.get("MUJOCO_GL")
+    return VideoUnavailable(
+        f"cannot render offscreen (MUJOCO_GL={back_end}): "
+        f"{type(err).__name__}: {first_line(err)}; {install_hint(back_end)}"
+    )
+
+
 @contextmanager
 def headless_rendering() -> Iterator[None]:
     """MUJOCO_GL=egl while frames are drawn (Gymnasium reads it when an environment draws its
     first frame), unless the user chose a back-end; restored afterwards, so that processes
-    started later (environment workers, the evaluation process) import MuJoCo as before."""
+    started later (environment workers, the evaluation process) import MuJoCo as before.
+
+    The back-end's module (mujoco.egl, mujoco.osmesa) is imported first, as Gymnasium does at the
+    first frame: a missing library is one VideoUnavailable before any environment is made."""
     chosen = "MUJOCO_GL" in os.environ
     os.environ.setdefault("MUJOCO_GL", "egl")
     try:
+        back_end = os.environ["MUJOCO_GL"].lower().strip()
+        if back_end in BACK_END_PACKAGES:
+            try:
+                importlib.import_module(f"mujoco.{back_end}")
+            except Exception as err:  # ImportError, or AttributeError from PyOpenGL without it
+                raise cannot_render(err) from None
         yield
     finally:
         if not chosen:
@@ -75,10 +108,7 @@ def mp4_writer(path: Path, fps: float) -> Iterator[Any]:
     except Exception as err:  # no OpenGL back-end: ImportError, AttributeError, mujoco.FatalError
         writer.close()
         path.unlink(missing_ok=True)
-        raise VideoUnavailable(
-            f"cannot render offscreen (MUJOCO_GL={os.environ.get('MUJOCO_GL')}): "
-            f"{type(err).__name__}: {first_line(err)}; {INSTALL_HINT}"
-        ) from None
+        raise cannot_render(err) from None
     writer.close()
 
 

@@ -10,14 +10,16 @@ synthetic HalfCheetah-sized data of bench_train.py) in a fresh process, under on
 
 - before: torch's defaults: one thread per core, and OpenMP threads that spin while they wait;
 - after: primal-dt's policy: OpenMP threads that sleep while they wait (OMP_WAIT_POLICY=PASSIVE),
-  and one thread fewer while our own evaluation process evaluates on the same CPU;
+  a thread count fixed for the whole run, and our own evaluation process at the lowest scheduling
+  priority (cpu.yield_cpu);
 
 beside one of four neighbours, started before the cell and stopped after it:
 
 - (a) none;
 - (b) a Python busy loop that keeps one core busy;
 - (c) the evaluation service evaluating: primal-dt's own vectorised rollouts of a DT-size policy
-  in HalfCheetah-v5, in a loop, with one thread and the policy's wait policy, as the service runs;
+  in HalfCheetah-v5, in a loop, with one thread and the policy's wait policy and priority, as the
+  service runs;
 - (d) another torch program with torch's default threads, multiplying matrices in a loop (as a
   second training, a sweep run or a test suite would). It is not ours, so its threads spin.
 
@@ -64,7 +66,7 @@ def neighbour(kind: str, policy: str) -> subprocess.Popen | None:
         return None
     command = {
         "b": [sys.executable, "-c", "while True: pass"],
-        "c": [sys.executable, str(SCRIPT), "--evaluator"],
+        "c": [sys.executable, str(SCRIPT), "--evaluator", policy],
         "d": [sys.executable, str(SCRIPT), "--matmul"],
     }[kind]
     env = environment(policy if kind == "c" else "before")
@@ -100,8 +102,8 @@ def run_cell(cell: dict) -> None:
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = make_trainer(point, "none", Path(run_dir))
         if cell["policy"] == "after":
-            # What the trainer does while its evaluation process evaluates on this CPU.
-            torch.set_num_threads(training_threads(0, evaluation_beside=cell["kind"] == "c"))
+            # What the trainer does, whatever runs beside it.
+            torch.set_num_threads(training_threads(0))
         run_steps(trainer, cell["warmup"])
         start = time.perf_counter()
         run_steps(trainer, cell["steps"])
@@ -111,14 +113,17 @@ def run_cell(cell: dict) -> None:
     )
 
 
-def run_evaluator() -> None:
+def run_evaluator(policy: str) -> None:
     """Neighbour (c): the evaluation service's work, forever."""
     import torch
     from bench_eval import untrained_policy
 
+    from primal_dt.cpu import yield_cpu
     from primal_dt.evaluate import make_jobs, rollout
 
-    torch.set_num_threads(1)  # as the service process does
+    if policy == "after":
+        yield_cpu()  # as the service process does
+    torch.set_num_threads(1)
     policy, task = untrained_policy("dt", torch.device("cpu"))
     while True:
         rollout(policy, task, make_jobs((6000.0,), 10, seed=0))
@@ -163,7 +168,7 @@ def quickstart(write: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", help=argparse.SUPPRESS)
-    parser.add_argument("--evaluator", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--evaluator", choices=POLICIES, help=argparse.SUPPRESS)
     parser.add_argument("--matmul", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=30, help="timed steps per cell (30)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (5)")
@@ -174,7 +179,7 @@ def main() -> None:
     if args.cell:
         return run_cell(json.loads(args.cell))
     if args.evaluator:
-        return run_evaluator()
+        return run_evaluator(args.evaluator)
     if args.matmul:
         return run_matmul()
     if args.quickstart:

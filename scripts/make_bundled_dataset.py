@@ -1,7 +1,7 @@
 """Record the dataset shipped inside the package: primal-dt/hopper/bundled-v0 (task hopper-bundled).
 
 Small enough to ship (about 2.5 MB), big enough to train on: 16000 steps of Hopper-v5 with the SAC
-policy of ../shared/policies (a "medium" policy: mean return about 1700, wide spread), stochastic
+policy of tests/policies (a "medium" policy: mean return about 1700, wide spread), stochastic
 actions, episodes seeded 0, 1, 2...; reference scores measured on Hopper-v5 over 10 episodes each of
 uniform-random actions and of the TQC expert policy. Everything is recorded in its provenance.
 
@@ -19,7 +19,7 @@ from primal_dt.sources import BUNDLED_ROOT
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--policies", default="../shared/policies", help="SB3 policies folder")
+    parser.add_argument("--policies", default="tests/policies", help="SB3 policies folder")
     args = parser.parse_args()
     options = MakeOptions(
         env="hopper",

@@ -36,11 +36,9 @@ def _default_device(request: pytest.FixtureRequest):
         torch.set_default_device(None)
 
 
-POLICIES = Path(
-    os.environ.get(
-        "PRIMAL_DT_POLICIES", Path(__file__).resolve().parents[2] / "shared" / "policies"
-    )
-)
+# The SB3 behaviour policies the tests record datasets with, carried in the repository
+# (tests/policies: their licence and provenance are in its README).
+POLICIES = Path(__file__).resolve().parent / "policies"
 
 # Small model and run settings shared by the tests that train (seconds on 2 CPU cores).
 TINY = [
@@ -59,9 +57,10 @@ TINY = [
 
 
 def policy_file(algo: str, env_id: str) -> Path:
+    """A behaviour policy of tests/policies; a missing one fails the test (never skips it)."""
     path = POLICIES / algo / f"{env_id}.zip"
     if not path.is_file():
-        pytest.skip(f"behaviour policy {path} not found (set PRIMAL_DT_POLICIES)")
+        pytest.fail(f"behaviour policy {path} is missing from the repository (tests/policies)")
     return path
 
 

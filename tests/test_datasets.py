@@ -1,7 +1,7 @@
 """`primal-dt datasets`: recipes that write real Minari datasets, task resolution, the bundled data.
 
 Every dataset here is recorded in this module's own Minari root from real Hopper-v5 rollouts of the
-SB3 policies in ../shared/policies (or a uniform-random policy, or SAC training itself).
+SB3 policies in tests/policies (or a uniform-random policy, or SAC training itself).
 """
 
 from __future__ import annotations

@@ -14,18 +14,19 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from test_cli import scalars, train_args
+from test_cli import train_args
 
 from primal_dt.cli import main
 from primal_dt.recording import random_policy, record_episodes, write_dataset
 from primal_dt.run import read_snapshot, write_snapshot
 
-EXACT_TAGS = ("train/action_loss", "train/ksvd_loss", "train/loss", "train/lr", "train/grad_norm")
 
 
-def test_sigterm_saves_and_resume_equals_an_uninterrupted_run(minari_root, tmp_path) -> None:
+def test_sigterm_saves_and_says_how_to_resume(minari_root, tmp_path) -> None:
+    """The message and exit status of a stop by signal; that the resumed run ends bit-identical
+    to an uninterrupted one, after any number of stops, is test_reproducibility's."""
     steps = 1500
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    killed = tmp_path / "killed"
     args = train_args(killed, steps, "train.ckpt_every=100000")
     process = subprocess.Popen(
         [sys.executable, "-m", "primal_dt.cli", *args], stderr=subprocess.PIPE, text=True
@@ -44,16 +45,8 @@ def test_sigterm_saves_and_resume_equals_an_uninterrupted_run(minari_root, tmp_p
     assert "stopped by SIGTERM" in message and f"primal-dt train --resume {killed}" in message
     stopped_at = read_snapshot(killed).step
     assert 0 < stopped_at < steps, "the signal came too late to test an interruption"
-
-    assert main(["train", "--resume", str(killed), "--no-progress"]) == 0
-    assert main(train_args(straight, steps, "train.ckpt_every=100000")) == 0
-    a, b = read_snapshot(straight), read_snapshot(killed)
-    assert a.step == b.step == steps
-    for name, tensor in a.weights.items():
-        assert torch.equal(tensor, b.weights[name]), name
-    logged_a, logged_b = scalars(straight), scalars(killed)
-    for tag in EXACT_TAGS:
-        assert logged_a[tag] == logged_b[tag], tag
+    assert main(["train", "--resume", str(killed), "--steps", str(stopped_at + 5)]) == 0
+    assert read_snapshot(killed).step == stopped_at + 5
 
 
 class _RunsCode:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from primal_dt.report import collect, group, markdown_table
 from primal_dt.results import read_results
 from primal_dt.run import RunDir, read_snapshot
 from primal_dt.spectrum import cumulative_spectrum, mean_cumulative_spectrum, rank_at
-from primal_dt.sweep import sweep_lock, thread_env
+from primal_dt.sweep import Run, SweepError, SweepOptions, ray_gpus, sweep_lock, thread_env
 
 # Every run: 10 steps of a tiny model, then a final evaluation of one episode.
 SETTINGS = (*TINY, "eval.final_episodes=1", "eval.targets=[1800.0]")
@@ -195,23 +196,58 @@ def test_sweep_and_report_errors(minari_root, tmp_path, capsys, monkeypatch) -> 
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     assert main(sweep_args(tmp_path / "runs", "hopper-medium", "0", "dt", "--ray", "auto")) == 2
     assert "--ray needs Ray: pip install 'primal-dt[ray]'" in capsys.readouterr().err
+    assert [path.name for path in runs.iterdir()] == [".sweep.lock"]  # no layout, no run directory
+
+
+def test_gpus_per_ray_run(tmp_path) -> None:
+    def gpus(devices: list[str], cluster_gpus: float, given: float | None = None) -> float:
+        options = SweepOptions(
+            ["hopper-medium"], [0], ["dt"], ray_address="HOST", gpus_per_run=given
+        )
+        runs = [Run("hopper-medium", "dt", "dt", 0, RunDir(tmp_path), 10, [], d) for d in devices]
+        return ray_gpus(options, runs, cluster_gpus)
+
+    assert gpus(["cpu"], 0) == gpus(["auto"], 0) == gpus(["cpu", "cpu"], 4) == 0
+    assert gpus(["auto"], 4) == gpus(["cpu", "cuda:1"], 4) == gpus(["cuda"], 1) == 0.25
+    assert gpus(["auto"], 4, 1.0) == 1 and gpus(["cuda"], 4, 0.0) == 0  # kept as given
+    refusals = {
+        (("cpu",), 0, 0.5): "the Ray cluster at HOST has 0 GPUs but --gpus-per-run asks for 0.5 "
+        "per run; leave it out to train on CPUs",
+        (("auto",), 2, 3.0): "has 2 GPUs but --gpus-per-run asks for 3 per run; give at most 2",
+        (("cuda",), 0, None): "train.device is cuda but the Ray cluster at HOST has no GPUs",
+        (("cpu", "cuda:0"), 0, 0.0): "train.device is cuda:0 but",
+    }
+    for (devices, cluster, given), message in refusals.items():
+        with pytest.raises(SweepError, match=re.escape(message)):
+            gpus(list(devices), cluster, given)
 
 
 def test_sweep_on_a_local_ray_instance(minari_root, tmp_path, capsys) -> None:
-    ray = pytest.importorskip("ray")  # an optional extra: installed by .ci/run, not everywhere
+    import ray  # the ray extra: installed by .ci/run
 
     runs = tmp_path / "runs"
+    runs.mkdir()
     # walker2d-medium is a valid task whose dataset is not here: its run fails, the other finishes.
     args = sweep_args(runs, "hopper-expert,walker2d-medium", "3", "primal-dt", "--ray", "local")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # the sweep uses it
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)  # the sweep's
+    capsys.readouterr()  # what Ray logged while starting
     try:
-        assert main(args) == 2  # each run asks for a quarter of a GPU by default
-        err = capsys.readouterr().err
-        assert "has 0 GPUs but each run asks for 0.25; pass --gpus-per-run 0" in err
-        assert main([*args, "--gpus-per-run", "0"]) == 1
+        # A GPU this cluster lacks is refused in one line, before anything is written.
+        refusals = {
+            ("--gpus-per-run", "1"): "the Ray cluster at local has 0 GPUs but --gpus-per-run asks "
+            "for 1 per run; leave it out to train on CPUs",
+            ("--device", "cuda"): "train.device is cuda but the Ray cluster at local has no GPUs; "
+            "use --device cpu or auto",
+        }
+        for extra, message in refusals.items():
+            assert main([*args, *extra]) == 2, extra
+            assert capsys.readouterr().err.splitlines() == [f"primal-dt: error: {message}"]
+            assert list(runs.iterdir()) == [], extra
+        assert main(args) == 1  # the CPU runs ask for no GPU by default
     finally:
         ray.shutdown()
     out, err = capsys.readouterr()
+    assert "; on Ray at local, 0 GPUs per run" in out
     assert "done hopper-expert/primal-dt-s3" in out
     assert "FAILED walker2d-medium/primal-dt-s3 (exit 2): primal-dt: error: dataset " in out
     assert "mujoco/walker2d/medium-v0 not found" in out

@@ -1,12 +1,16 @@
-"""Episode videos: rendered offscreen on the CPU (MuJoCo's EGL back-end with Mesa), written to MP4 and
-read back, the same returns with and without rendering, TensorBoard GIFs from training's final
-evaluation, and one clear line (never a failed run) when the back-end is missing."""
+"""Episode videos: rendered offscreen on the CPU (MuJoCo's EGL back-end with Mesa), written to MP4
+and read back, the same returns with and without rendering, TensorBoard GIFs from training's final
+evaluation, and one clear line (never a failed run) when the back-end is missing; without videos,
+no back-end is needed whatever MUJOCO_GL says."""
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -20,9 +24,6 @@ from primal_dt.evaluate import load_policy, make_jobs, rollout
 from primal_dt.results import read_results
 from primal_dt.run import RunDir, read_snapshot
 from primal_dt.video import headless_rendering, mp4_writer, read_frames
-
-# The `video` extra (in `test`, so CI runs these); a lent GPU machine may lack it (README).
-pytest.importorskip("imageio_ffmpeg")
 
 
 def test_a_rendered_episode_is_an_mp4_with_the_same_return(tmp_path) -> None:
@@ -110,3 +111,51 @@ def test_a_missing_back_end_is_one_line_and_never_fails_training(
     (line,) = [line for line in err.splitlines() if line.startswith("primal-dt:")]
     assert line.startswith("primal-dt: error: cannot render offscreen") and "libegl1" in line
     assert not list(RunDir(run_dir).videos.glob("*.mp4"))  # no half-written file
+
+
+def missing_back_end() -> tuple[str, str]:
+    """A MuJoCo back-end this machine lacks, and the package its line must name: osmesa where
+    libOSMesa is missing (as on the machine of issue 18), else egl where libEGL is, else glfw
+    without a display (no back-end of its own to install: the line names EGL's packages)."""
+    if ctypes.util.find_library("OSMesa") is None:
+        return "osmesa", "apt-get install libosmesa6"
+    if ctypes.util.find_library("EGL") is None:
+        return "egl", "apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0"
+    return "glfw", "apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0"
+
+
+def test_only_videos_need_the_back_end_mujoco_gl_names(minari_root, tmp_path) -> None:
+    """Issue 18: with MUJOCO_GL naming a back-end that is not installed, training and evaluation
+    work (the simulation needs no OpenGL) and only the videos fail, saying what to install."""
+    back_end, install = missing_back_end()
+    env = {**os.environ, "MUJOCO_GL": back_end}  # set before MuJoCo is imported, as a user does
+    env.pop("PYOPENGL_PLATFORM", None)
+    env.pop("DISPLAY", None)
+
+    def primal_dt(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "primal_dt.cli", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+    run_dir = tmp_path / "run"
+    extra = ("eval.final_episodes=1", "eval.video_episodes=1", "eval.targets=[1800.0]")
+    trained = primal_dt(*train_args(run_dir, 5, *extra))
+    assert trained.returncode == 0, trained.stderr
+    assert f"no videos: cannot render offscreen (MUJOCO_GL={back_end})" in trained.stderr
+    assert "Traceback" not in trained.stderr
+    (final,) = read_results(RunDir(run_dir))
+    assert final.results and final.videos == []
+    assert f"MUJOCO_GL={back_end}" in final.video_error and install in final.video_error
+
+    plain = primal_dt("eval", "--ckpt", str(run_dir), "--episodes", "1", "--device", "cpu")
+    assert plain.returncode == 0, plain.stderr
+    assert "1800.0" in plain.stdout and "primal-dt:" not in plain.stderr
+
+    video = primal_dt(
+        "eval", "--ckpt", str(run_dir), "--episodes", "1", "--device", "cpu", "--video"
+    )
+    assert video.returncode == 2
+    assert video.stdout == plain.stdout  # the evaluation's table, printed first, the same numbers
+    (line,) = [line for line in video.stderr.splitlines() if line.startswith("primal-dt:")]
+    assert f"MUJOCO_GL={back_end}" in line and install in line
+    assert "Traceback" not in video.stderr  # the line alone, not Gymnasium's half-made viewer
+    assert not list(RunDir(run_dir).videos.glob("*.mp4"))

@@ -1,0 +1,251 @@
+"""Same command, same seed, same bits: under the default (automatic) threads, with evaluation
+beside training, and however often a run is stopped (SIGINT, SIGTERM, SIGKILL) and resumed."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_cli import scalars, train_args
+
+from primal_dt.cli import main
+from primal_dt.eval_service import Evaluator
+from primal_dt.evaluate import EvalOptions
+from primal_dt.results import read_results
+from primal_dt.run import RunDir, RunLock, read_snapshot
+
+STEPS = 100
+# Checkpoints, logs and evaluations every few steps, so that kills land mid-step, mid-checkpoint
+# and mid-evaluation; one episode per evaluation keeps each short.
+EVALUATING = ("train.ckpt_every=10", "train.eval_every=20", "eval.episodes=1",
+              "eval.final_episodes=1")  # fmt: skip
+TIMING = "train/steps_per_sec"  # the one scalar that is a measurement of time
+
+
+def default_threads_env() -> dict[str, str]:
+    """The environment a user's command gets: no OMP_NUM_THREADS (the tests' own process sets
+    it to 1), so training takes the automatic count, one thread per usable core."""
+    return {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "primal_dt.cli", *args], env=default_threads_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def train(run_dir: Path, steps: int = STEPS, *extra: str) -> None:
+    process = start(train_args(run_dir, steps, *EVALUATING, *extra))
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+
+
+def fingerprint(run_dir: Path) -> tuple[dict, dict, list]:
+    """What a run ends with: its weights, every logged scalar but the timing, every evaluation."""
+    weights = read_snapshot(run_dir).weights
+    logged = {tag: points for tag, points in scalars(run_dir).items() if tag != TIMING}
+    evaluations = [
+        (r.step, r.final, r.error, r.score, [(s.target, s.return_mean) for s in r.results])
+        for r in read_results(RunDir(run_dir))
+    ]
+    return weights, logged, evaluations
+
+
+def assert_same(a: Path, b: Path) -> None:
+    (weights_a, logged_a, evals_a), (weights_b, logged_b, evals_b) = fingerprint(a), fingerprint(b)
+    assert weights_a.keys() == weights_b.keys()
+    for name, tensor in weights_a.items():
+        assert torch.equal(tensor, weights_b[name]), name
+    assert logged_a == logged_b
+    assert evals_a == evals_b
+
+
+@pytest.fixture(scope="module")
+def straight(minari_root, tmp_path_factory) -> Path:
+    """A run never interrupted, with periodic evaluation beside it and automatic threads."""
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    train(run_dir)
+    return run_dir
+
+
+def test_the_same_command_gives_the_same_bits(straight, tmp_path) -> None:
+    again = tmp_path / "again"
+    train(again)
+    assert_same(straight, again)
+    logged = scalars(straight)
+    # Every train/* and eval/* point exactly once (lists of (step, value) compare whole).
+    assert [s for s, _ in logged["train/action_loss"]] == list(range(5, STEPS + 1, 5))
+    assert [s for s, _ in logged["eval/3600/return"]] == [20, 40, 60, 80, 100]
+    assert [s for s, _ in logged["eval/final_normalized_return"]] == [100]
+
+
+def wait_for_checkpoint(process: subprocess.Popen, run_dir: Path, step: int) -> bool:
+    """Until the run has saved a checkpoint of at least `step` (False: the run ended first)."""
+    ckpt, seen = run_dir / "ckpt.pt", None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if ckpt.exists() and ckpt.stat().st_mtime != seen:
+            seen = ckpt.stat().st_mtime
+            if read_snapshot(ckpt).step >= step:
+                return True
+        if process.poll() is not None:
+            return False
+        time.sleep(0.01)
+    raise AssertionError(f"no checkpoint of step {step} within 2 minutes")
+
+
+def test_a_run_stopped_and_resumed_many_times_ends_bit_identical(straight, tmp_path) -> None:
+    """SIGINT, SIGTERM and SIGKILL in turn, spread over the run, each a random moment after a
+    checkpoint (so mid-step, mid-checkpoint or mid-evaluation), every stop followed by --resume,
+    until the run ends."""
+    run_dir = tmp_path / "stopped"
+    rng = random.Random(18)
+    kills = [signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL, signal.SIGINT]
+    process = start(train_args(run_dir, STEPS, *EVALUATING))
+    stopped = []
+    for i, signum in enumerate(kills):
+        if not wait_for_checkpoint(process, run_dir, (i + 1) * STEPS // (len(kills) + 1)):
+            break  # the run finished before this kill
+        time.sleep(rng.uniform(0.0, 0.1))
+        process.send_signal(signum)
+        output, _ = process.communicate(timeout=120)
+        if process.returncode == 0:
+            break
+        assert process.returncode in (128 + signum, -signum), output
+        stopped.append((signum.name, read_snapshot(run_dir).step))
+        process = start(["train", "--resume", str(run_dir), "--no-progress"])
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    assert len(stopped) >= 4, f"the run ended after only {stopped}: too few stops to test"
+    assert_same(straight, run_dir)
+    # Nothing left behind: no temporary file, no lock, no queued snapshot.
+    leftovers = [p.name for p in run_dir.rglob(".*") if p.suffix in (".tmp", ".lock")]
+    assert leftovers == [] and list((run_dir / "eval_queue").glob("*")) == []
+
+
+def test_extending_a_run_equals_training_it_straight_through(straight, tmp_path) -> None:
+    """--resume --steps after the run ended: the same weights and losses as one long run; every
+    point once, the first run's final evaluation (at its last step) kept."""
+    run_dir = tmp_path / "extended"
+    train(run_dir, 50)
+    process = start(["train", "--resume", str(run_dir), "--steps", str(STEPS), "--no-progress"])
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    (weights_a, logged_a, evals_a), (weights_b, logged_b, evals_b) = (
+        fingerprint(straight),
+        fingerprint(run_dir),
+    )
+    for name, tensor in weights_a.items():
+        assert torch.equal(tensor, weights_b[name]), name
+    assert {t: p for t, p in logged_a.items() if t.startswith("train/")} == {
+        t: p for t, p in logged_b.items() if t.startswith("train/")
+    }
+    assert [e for e in evals_b if e[0] != 50] == evals_a
+    steps = [(step, final) for step, final, *_ in evals_b]
+    assert steps == [(20, False), (40, False), (50, True), (60, False), (80, False), (100, True)]
+
+
+def test_a_resumed_run_prints_the_results_its_predecessor_never_printed(
+    minari_root, tmp_path
+) -> None:
+    """The evaluations recorded after the last results the stopped trainer printed (here by an
+    external evaluator while no trainer ran) are printed when the run resumes, once each."""
+    run_dir = tmp_path / "run"
+    external = ('eval.service="external"', "train.eval_every=10", "eval.episodes=1")
+    assert main(train_args(run_dir, 20, *external)) == 0
+    assert read_results(RunDir(run_dir)) == []
+    with Evaluator(RunDir(run_dir), EvalOptions(device="cpu"), torch.device("cpu")) as evaluator:
+        assert evaluator.evaluate_queue() == 2
+    process = start(["train", "--resume", str(run_dir), "--steps", "25", "--no-progress"])
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    for step in (10, 20):
+        assert output.count(f"step {step}: evaluation over 1 episodes") == 1, output
+
+
+def test_resume_of_a_run_in_use_before_its_first_checkpoint_names_the_process(
+    tmp_path, capsys
+) -> None:
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from primal_dt.run import RunDir, RunLock\n"
+         f"lock = RunLock(RunDir(Path({str(run_dir)!r})), 'train').acquire()\n"
+         "print('held', flush=True)\n"
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"{run_dir} is in use: process {holder.pid} is its train writer" in line
+    finally:
+        holder.kill()
+        holder.wait()
+    assert RunLock(RunDir(run_dir), "train").holder() is None
+
+
+def test_watch_refuses_a_folder_that_is_no_run_and_leaves_nothing(tmp_path, capsys) -> None:
+    folder = tmp_path / "not-a-run"
+    folder.mkdir()
+    assert main(["eval", "--watch", str(folder), "--device", "cpu"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{folder} is not a primal-dt run directory" in line
+    assert list(folder.iterdir()) == []
+
+
+def _sleep_as_evaluator(parent: int) -> None:
+    from primal_dt.eval_service import die_with_parent
+
+    die_with_parent(parent)
+    time.sleep(120)
+
+
+def _parent_of_an_evaluator(pids) -> None:
+    child = multiprocessing.get_context("spawn").Process(
+        target=_sleep_as_evaluator, args=(os.getpid(),)
+    )
+    child.start()
+    pids.put(child.pid)
+    time.sleep(120)
+
+
+def test_the_evaluation_process_dies_with_its_trainer() -> None:
+    """A trainer killed with SIGKILL takes its evaluation process with it at once, so no orphan
+    appends a result to the run a new trainer resumes."""
+    context = multiprocessing.get_context("spawn")
+    pids = context.Queue()
+    parent = context.Process(target=_parent_of_an_evaluator, args=(pids,))
+    parent.start()
+    child = pids.get(timeout=60)
+    time.sleep(1.0)  # the child has set its parent-death signal
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.join()
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_evaluation_process_yields_the_cpu() -> None:
+    code = "import os; from primal_dt.cpu import yield_cpu; yield_cpu(); print(os.nice(0))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "19", result.stderr
