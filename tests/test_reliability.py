@@ -21,7 +21,6 @@ from primal_dt.recording import random_policy, record_episodes, write_dataset
 from primal_dt.run import read_snapshot, write_snapshot
 
 
-
 def test_sigterm_saves_and_says_how_to_resume(minari_root, tmp_path) -> None:
     """The message and exit status of a stop by signal; that the resumed run ends bit-identical
     to an uninterrupted one, after any number of stops, is test_reproducibility's."""
