@@ -8,21 +8,21 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from primal_dt.errors import PrimalDTError
+from primal_dt.common.errors import PrimalDTError
 
 if TYPE_CHECKING:
-    from primal_dt.train import Trainer
+    from primal_dt.training.trainer import Trainer
 
 
 def _train(args: argparse.Namespace) -> int:
-    from primal_dt.results import format_table
-    from primal_dt.train import StopSignals
+    from primal_dt.common.signals import StopSignals
+    from primal_dt.store.results import format_table
 
     with StopSignals() as stop:  # a signal while the data loads still ends with a checkpoint
         trainer = _make_trainer(args)
         print(f"run directory: {trainer.run_dir}", file=sys.stderr)
         print(f"dataset: {_describe(trainer.data.task.dataset_ids)}", file=sys.stderr)
-        final = trainer.run(progress=not args.no_progress, stop=stop)
+        final = trainer.train(progress=not args.no_progress, stop=stop)
     if final is not None:
         print(format_table([final]))
     print(f"checkpoint: {trainer.run_dir.checkpoint}", file=sys.stderr)
@@ -30,10 +30,10 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _make_trainer(args: argparse.Namespace) -> Trainer:
-    from primal_dt.config import load_config, named_config_path, option_overrides
-    from primal_dt.errors import ConfigError
-    from primal_dt.tasks import dataset_task, resolve_task
-    from primal_dt.train import default_run_dir, resume_run, start_run
+    from primal_dt.common.config import load_config, named_config_path, option_overrides
+    from primal_dt.common.errors import ConfigError
+    from primal_dt.data.tasks import dataset_task, resolve_task
+    from primal_dt.training.launch import default_run_dir, resume_run, start_run
 
     if args.resume:
         given = (args.env, args.dataset, args.config, args.set, args.device, args.compile)
@@ -61,17 +61,17 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from primal_dt.conditioning import target_sweep, write_curve
-    from primal_dt.device import resolve_device
-    from primal_dt.eval_service import watch
-    from primal_dt.evaluate import EvalOptions, evaluate_checkpoint
-    from primal_dt.results import format_table
-    from primal_dt.run import checkpoints_to_evaluate, folder_of
-    from primal_dt.video import VideoUnavailable
+    from primal_dt.common.device import resolve_device
+    from primal_dt.evaluation.conditioning import targets_between, write_curve
+    from primal_dt.evaluation.rollout import EvalOptions, evaluate_checkpoint
+    from primal_dt.evaluation.service import watch
+    from primal_dt.evaluation.video import VideoUnavailable
+    from primal_dt.store.results import format_table
+    from primal_dt.store.rundir import checkpoints_to_evaluate, folder_of
 
     if bool(args.ckpt) == bool(args.watch):
         raise PrimalDTError("give either --ckpt PATH [PATH ...] or --watch RUN_DIR")
-    targets = target_sweep(args.target_sweep) if args.target_sweep else args.targets
+    targets = targets_between(args.target_sweep) if args.target_sweep else args.targets
     options = EvalOptions(args.device, args.workers, args.episodes, args.seed, targets, args.video)
     device = resolve_device(options.validate().device, "--device")
     if args.watch:
@@ -102,34 +102,34 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _describe(dataset_ids: tuple[str, ...]) -> str:
-    from primal_dt.sources import describe
+    from primal_dt.data.sources import describe_sources
 
-    return describe(dataset_ids)
+    return describe_sources(dataset_ids)
 
 
 def _datasets_list(args: argparse.Namespace) -> int:
-    from primal_dt.datasets import format_list, list_datasets
+    from primal_dt.data.datasets import format_list, list_datasets
 
     print(format_list(list_datasets()))
     return 0
 
 
 def _datasets_info(args: argparse.Namespace) -> int:
-    from primal_dt.datasets import dataset_info
+    from primal_dt.data.datasets import dataset_info
 
     print(dataset_info(args.id))
     return 0
 
 
 def _datasets_download(args: argparse.Namespace) -> int:
-    from primal_dt.datasets import download
+    from primal_dt.data.datasets import download
 
     print(f"{args.id}: {download(args.id)}")
     return 0
 
 
 def _datasets_make(args: argparse.Namespace) -> int:
-    from primal_dt.datasets import MakeOptions, make_dataset
+    from primal_dt.data.datasets import MakeOptions, make_dataset
 
     fields = {  # options not given keep MakeOptions' defaults
         k: v
@@ -193,7 +193,7 @@ def _add_datasets_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from primal_dt.sweep import SweepOptions, parse_list, run_sweep
+    from primal_dt.tools.sweep import SweepOptions, parse_list, train_grid
 
     options = SweepOptions(
         tasks=parse_list(args.tasks, "--tasks"),
@@ -209,12 +209,12 @@ def _sweep(args: argparse.Namespace) -> int:
         gpus_per_run=args.gpus_per_run,
         cpus_per_run=args.cpus_per_run,
     )
-    run_sweep(options, out=lambda line: print(line, flush=True))
+    train_grid(options, out=lambda line: print(line, flush=True))
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
-    from primal_dt.report import write_report
+    from primal_dt.tools.report import write_report
 
     table, written = write_report(Path(args.runs_dir), Path(args.out) if args.out else None)
     print(table)
@@ -266,14 +266,14 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
 
 def _env_names() -> str:
     """The environments of envs/*.toml, for --help texts."""
-    from primal_dt.resources import resource_dir
+    from primal_dt.common.resources import resource_dir
 
     return ", ".join(sorted(p.stem for p in resource_dir("envs").glob("*.toml")))
 
 
 def _train_epilog() -> str:
     """The tasks and configs `train` knows, for its --help."""
-    from primal_dt.resources import resource_dir
+    from primal_dt.common.resources import resource_dir
 
     envs = _env_names()
     configs = ", ".join(sorted(p.stem for p in resource_dir("configs").glob("*.toml")))
@@ -288,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import PackageNotFoundError, version
 
     from primal_dt import __version__
-    from primal_dt.config import Config
+    from primal_dt.common.config import Config
 
     parser = argparse.ArgumentParser(
         prog="primal-dt",
@@ -385,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from primal_dt.cpu import quiet_waits
+    from primal_dt.common.cpu import quiet_waits
 
     quiet_waits()  # before anything imports torch
     args = build_parser().parse_args(argv)

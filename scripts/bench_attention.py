@@ -31,7 +31,7 @@ from bench_common import (
 )
 from readme_table import publish
 
-from primal_dt.attention import CausalSelfAttention, PrimalAttention
+from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
 
 KINDS = ("softmax", "primal")
 WIDTHS = {  # label -> (embed_dim, n_head, Primal rank): the two papers' models (configs/)

@@ -1,5 +1,5 @@
 """Benchmark: training speed on a CPU shared with other processes, before and after primal-dt's
-thread policy (primal_dt/cpu.py), measured side by side in one run.
+thread policy (primal_dt/common/cpu.py), measured side by side in one run.
 
     python scripts/bench_contention.py                   # the table, printed
     python scripts/bench_contention.py --write-readme    # and put into README.md
@@ -96,7 +96,7 @@ def run_cell(cell: dict) -> None:
     import torch
     from bench_train import make_trainer, run_steps
 
-    from primal_dt.cpu import training_threads
+    from primal_dt.common.cpu import training_threads
 
     point = {"config": "dt", "device": "cpu", "compile": None}
     with tempfile.TemporaryDirectory() as run_dir:
@@ -118,8 +118,8 @@ def run_evaluator(policy: str) -> None:
     import torch
     from bench_eval import untrained_policy
 
-    from primal_dt.cpu import yield_cpu
-    from primal_dt.evaluate import make_jobs, rollout
+    from primal_dt.common.cpu import yield_cpu
+    from primal_dt.evaluation.rollout import make_jobs, rollout
 
     if policy == "after":
         yield_cpu()  # as the service process does

@@ -19,26 +19,30 @@ a percent. tests/test_evaluation.py checks the two equal on short episodes.)
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 from bench_common import device_name
 from readme_table import publish
 
-from primal_dt.config import load_config, named_config_path
-from primal_dt.evaluate import (
+from primal_dt.common.config import load_config, named_config_path
+from primal_dt.data.tasks import quiet_mujoco_warnings
+from primal_dt.evaluation.rollout import (
     Job,
     Policy,
     load_policy,
     make_jobs,
     rollout,
-    sequential_rollout,
 )
-from primal_dt.model import DecisionTransformer
-from primal_dt.run import TaskRecord, read_snapshot
-from primal_dt.tasks import quiet_mujoco_warnings
+from primal_dt.method.model import DecisionTransformer
+from primal_dt.store.rundir import TaskRecord, read_snapshot
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from oracles import sequential_rollout  # noqa: E402  (the tests' oracle, timed here)
 
 
 def untrained_policy(spec: str, device: torch.device) -> tuple[Policy, TaskRecord]:

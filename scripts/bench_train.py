@@ -34,10 +34,11 @@ from bench_common import (
 )
 from readme_table import publish
 
-from primal_dt.config import COMPILE_MODES, load_config, named_config_path
-from primal_dt.data import Episode, TaskData
-from primal_dt.tasks import Task
-from primal_dt.train import Trainer
+from primal_dt.common.config import COMPILE_MODES, load_config, named_config_path
+from primal_dt.data.episodes import Episode, TaskData
+from primal_dt.data.tasks import Task
+from primal_dt.training.launch import assemble
+from primal_dt.training.trainer import Trainer
 
 SIZES = {  # label -> (config file, its paper)
     "DT paper size (embed 128, 3 layers, 1 head)": "dt",
@@ -76,7 +77,7 @@ def make_trainer(point: dict[str, Any], primal_blocks: str, run_dir: Path) -> Tr
         f"train.compile_mode={json.dumps(point['compile'] or 'default')}",
     ]
     config = load_config(named_config_path(point["config"]), overrides, task="halfcheetah-medium")
-    return Trainer.create(config, synthetic_data(), run_dir)
+    return assemble(config, synthetic_data(), run_dir)
 
 
 def run_steps(trainer: Trainer, steps: int) -> None:

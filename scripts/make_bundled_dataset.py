@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from primal_dt.datasets import MakeOptions, make_dataset
-from primal_dt.sources import BUNDLED_ROOT
+from primal_dt.data.datasets import MakeOptions, make_dataset
+from primal_dt.data.sources import BUNDLED_ROOT
 
 
 def main() -> None:

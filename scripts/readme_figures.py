@@ -27,7 +27,7 @@ def primal_dt(*args: str, env: dict[str, str]) -> None:
 def main() -> None:
     import imageio.v3 as iio
 
-    from primal_dt.run import RunDir
+    from primal_dt.store.rundir import RunDir
 
     FIGURES.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:

@@ -9,8 +9,16 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from primal_dt.recording import random_policy, record_episodes, sb3_policy, write_dataset
+from primal_dt.common.config import ModelConfig, load_config
+from primal_dt.data.recording import random_policy, record_episodes, sb3_policy, write_dataset
+from primal_dt.data.tasks import Task
+from primal_dt.evaluation.rollout import Policy
+from primal_dt.method.model import DecisionTransformer
+from primal_dt.store.rundir import TaskRecord
+from primal_dt.training.launch import start_run
+from primal_dt.training.trainer import Trainer
 
 # The tests' models are tiny: one thread is fastest, and it avoids OpenMP threads spinning against
 # each other when the suite shares two cores with subprocesses or other jobs.
@@ -109,3 +117,47 @@ def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         del os.environ["MINARI_DATASETS_PATH"]
     else:
         os.environ["MINARI_DATASETS_PATH"] = previous
+
+
+# --- helpers the test modules share ------------------------------------------------------------
+
+
+def train_args(run_dir: Path, steps: int, *extra: str) -> list[str]:
+    """`primal-dt train` arguments for a TINY run on hopper-medium, offline, on DEVICE."""
+    args = ["train", "--env", "hopper-medium", "--offline", "--no-progress"]
+    args += ["--run-dir", str(run_dir), "--steps", str(steps), "--device", DEVICE]
+    for setting in (*TINY, *extra):
+        args += ["--set", setting]
+    return args
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of a run as TensorBoard's own reader sees it: (step, value) per tag."""
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
+
+
+def tiny_trainer(task: Task, run_dir: Path, steps: int, *extra: str) -> Trainer:
+    """A new run of the TINY model on `task`, ready to train."""
+    config = load_config(
+        None,
+        [*TINY, f"train.steps={steps}", "train.lr=1e-3", f"train.device='{DEVICE}'", *extra],
+    )
+    return start_run(config, task, run_dir)
+
+
+def hopper_policy() -> tuple[Policy, TaskRecord]:
+    """An untrained but deterministic policy; reset noise makes the episodes end at different
+    steps, some by falling (termination) and some at the 20-step limit (truncation)."""
+    torch.manual_seed(0)
+    config = ModelConfig(embed_dim=32, n_layer=2, n_head=2, context_len=5, primal_blocks="last",
+                         primal_rank=8)  # fmt: skip
+    model = DecisionTransformer(config, 11, 3, 1000)
+    policy = Policy(model, torch.zeros(11), torch.full((11,), 0.2), 1000.0, torch.device("cpu"))
+    task = TaskRecord(
+        "test", (), "Hopper-v5", {"reset_noise_scale": 0.1}, 20, (3600.0, 1800.0), None
+    )
+    return policy, task

@@ -1,5 +1,5 @@
 """The attention layers against slow references written straight from the specification in
-primal_dt/attention.py's docstring (steps P1-P6 and K1-K2, also in the README's method section).
+primal_dt/method/attention.py's docstring (steps P1-P6 and K1-K2, also in the README's method section).
 
 Each reference is a plain per-batch, per-head, per-position Python loop over the formulas, so the
 vectorised layers (cumulative sums, batched products, hand-written backward passes, SDPA) are
@@ -19,15 +19,15 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from primal_dt.attention import (
+from primal_dt.common.config import ModelConfig
+from primal_dt.method.attention import (
     CausalSelfAttention,
     MaskedEnergy,
     PrimalAttention,
     UnitNormalize,
     ksvd_objective,
 )
-from primal_dt.config import ModelConfig
-from primal_dt.model import Block, DecisionTransformer
+from primal_dt.method.model import Block, DecisionTransformer
 
 EMBED, HEADS, RANK, LENGTH = 16, 2, 4, 9
 

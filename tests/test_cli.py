@@ -6,33 +6,16 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEVICE, TINY
+from conftest import DEVICE, scalars, train_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.custom_scalar import layout_pb2
 
 from primal_dt.cli import main
-from primal_dt.data import ReferenceScores
-from primal_dt.run import read_snapshot
-
-
-def train_args(run_dir: Path, steps: int, *extra: str) -> list[str]:
-    args = ["train", "--env", "hopper-medium", "--offline", "--no-progress"]
-    args += ["--run-dir", str(run_dir), "--steps", str(steps), "--device", DEVICE]
-    for setting in (*TINY, *extra):
-        args += ["--set", setting]
-    return args
-
-
-def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    events = EventAccumulator(str(run_dir))
-    events.Reload()
-    return {
-        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
-    }
+from primal_dt.data.episodes import ReferenceScores
+from primal_dt.store.rundir import read_snapshot
 
 
 def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
@@ -41,7 +24,7 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
              "eval.final_episodes=3")  # fmt: skip
     assert main(train_args(run_dir, 20, *extra)) == 0
     out = capsys.readouterr().out
-    assert "1800.0" in out and "D4RL" in out  # hopper-medium has no reference scores
+    assert "1800.0" in out and "D4RL" in out  # the test dataset has none of its own: D4RL's
 
     logged = scalars(run_dir)
     for tag in ("action_loss", "ksvd_loss", "loss", "lr", "grad_norm", "steps_per_sec"):
@@ -115,12 +98,9 @@ def test_resume_continues_exactly_where_the_run_stopped(minari_root, tmp_path) -
     assert scalars(straight)["train/action_loss"] == scalars(resumed)["train/action_loss"]
 
 
-def test_console_script_and_errors(minari_root, tmp_path) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "primal_dt.cli", *args], capture_output=True, text=True
-        )
-
+def test_errors_are_one_line_and_the_console_script_has_no_traceback(
+    minari_root, tmp_path, capsys
+) -> None:
     cases = {
         ("train", "--env", "halfcheetah-mediocre"): "unknown task 'halfcheetah-mediocre'",
         ("train", "--env", "halfcheeta-medium"): "(did you mean 'halfcheetah-medium'?)",
@@ -140,23 +120,30 @@ def test_console_script_and_errors(minari_root, tmp_path) -> None:
             "--device is cuda but no CUDA"
         )
     for args, message in cases.items():
-        result = run(*args)
-        assert result.returncode == 2, (args, result.stderr)
-        lines = result.stderr.strip().splitlines()
-        assert lines[-1].startswith("primal-dt: error: "), (args, result.stderr)
+        assert main(list(args)) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert lines[-1].startswith("primal-dt: error: "), (args, lines)
         assert message in lines[-1], (args, lines[-1])
-        assert "Traceback" not in result.stderr
 
-    version = run("--version")
-    assert version.returncode == 0 and version.stdout.strip() == "primal-dt 0.1.0"
-    usage = run("train", "--help").stdout
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == "primal-dt 0.1.0"
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    usage = capsys.readouterr().out
     assert "train.steps, default 100000" in usage and "hopper-bundled" in usage
     assert "configs: dt, primal-dt" in usage
 
+    # The console script itself: one line, its exit status, and no traceback.
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes(b"not a checkpoint at all")
-    result = run("eval", "--ckpt", str(corrupt))
-    assert result.returncode == 2 and "not a loadable primal-dt checkpoint" in result.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "primal_dt.cli", "eval", "--ckpt", str(corrupt)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("primal-dt: error: ") and "not a loadable primal-dt checkpoint" in line
 
 
 def test_a_run_directory_is_never_overwritten(minari_root, tmp_path, capsys) -> None:

@@ -9,18 +9,18 @@ import pytest
 from conftest import DEVICE, TINY
 
 from primal_dt.cli import main
-from primal_dt.conditioning import curve_points, read_curve, target_sweep
-from primal_dt.errors import ConfigError
-from primal_dt.run import RunDir, read_snapshot
+from primal_dt.common.errors import ConfigError
+from primal_dt.evaluation.conditioning import curve_points, read_curve, targets_between
+from primal_dt.store.rundir import RunDir, read_snapshot
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def test_target_sweeps_parse_and_refuse_nonsense() -> None:
-    assert target_sweep("0:3000:4") == [0.0, 1000.0, 2000.0, 3000.0]
+    assert targets_between("0:3000:4") == [0.0, 1000.0, 2000.0, 3000.0]
     for bad in ("0:3000", "3000:0:4", "0:3000:1", "a:b:c", "0:inf:3"):
         with pytest.raises(ConfigError, match="--target-sweep"):
-            target_sweep(bad)
+            targets_between(bad)
 
 
 def test_target_sweep_curve_and_report(minari_root, tmp_path, capsys) -> None:

@@ -1,4 +1,4 @@
-"""The CPU thread policy (primal_dt/cpu.py): how many threads training takes (one count for the
+"""The CPU thread policy (primal_dt/common/cpu.py): how many threads training takes (one count for the
 whole run), and that OpenMP threads are told to sleep."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import sys
 import torch
 from conftest import TINY
 
-from primal_dt.config import load_config
-from primal_dt.cpu import quiet_waits, training_threads, usable_cores
-from primal_dt.results import read_results
-from primal_dt.tasks import resolve_task
-from primal_dt.train import start_run
+from primal_dt.common.config import load_config
+from primal_dt.common.cpu import quiet_waits, training_threads, usable_cores
+from primal_dt.data.tasks import resolve_task
+from primal_dt.store.results import read_results
+from primal_dt.training.launch import start_run
 
 
 def test_thread_counts(monkeypatch) -> None:
@@ -51,6 +51,6 @@ def test_the_thread_count_is_fixed_for_the_whole_run(minari_root, tmp_path, monk
     settings = [*TINY, "train.steps=20", "train.device='cpu'", "eval.device='cpu'",
                 "train.eval_every=5", "eval.episodes=1", "eval.final_episodes=1"]  # fmt: skip
     trainer = start_run(load_config(None, settings), resolve_task("hopper-medium"), tmp_path)
-    trainer.run(progress=False)
+    trainer.train(progress=False)
     assert calls == [2]
     assert [r.step for r in read_results(trainer.run_dir)] == [5, 10, 15, 20]

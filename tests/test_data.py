@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from primal_dt.data import Episode, WindowSampler, load_task_data, returns_to_go
-from primal_dt.errors import DatasetError, TaskError
-from primal_dt.tasks import dataset_task, load_envs, resolve_task
+from primal_dt.common.errors import DatasetError, TaskError
+from primal_dt.data.episodes import Episode, WindowSampler, load_task_data, returns_to_go
+from primal_dt.data.tasks import dataset_task, load_envs, resolve_task
 
 
 def test_every_env_file_describes_a_v5_task() -> None:
@@ -64,7 +64,8 @@ def test_medium_expert_combines_both_datasets(minari_root) -> None:
     expert = load_task_data(resolve_task("hopper-expert"), download=False)
     both = load_task_data(resolve_task("hopper-medium-expert"), download=False)
     assert len(both.episodes) == len(medium.episodes) + len(expert.episodes)
-    assert both.num_steps == medium.num_steps + expert.num_steps
+    steps = [sum(len(ep.rewards) for ep in data.episodes) for data in (medium, expert, both)]
+    assert steps[2] == steps[0] + steps[1]
 
 
 def test_missing_dataset_offline_fails_fast_with_the_place_looked(minari_root) -> None:

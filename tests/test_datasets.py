@@ -19,13 +19,13 @@ from conftest import TINY, policy_file
 from stable_baselines3 import SAC
 
 from primal_dt.cli import main
-from primal_dt.data import load_task_data
-from primal_dt.datasets import _write_in_place
-from primal_dt.errors import TaskError
-from primal_dt.recording import mean_return, random_policy, record_episodes, write_dataset
-from primal_dt.run import read_snapshot
-from primal_dt.sources import BUNDLED_ROOT, origin
-from primal_dt.tasks import resolve_task
+from primal_dt.common.errors import TaskError
+from primal_dt.data.datasets import _write_in_place
+from primal_dt.data.episodes import load_task_data
+from primal_dt.data.recording import mean_return, random_policy, record_episodes, write_dataset
+from primal_dt.data.sources import BUNDLED_ROOT, origin
+from primal_dt.data.tasks import resolve_task
+from primal_dt.store.rundir import read_snapshot
 
 HOPPER = "Hopper-v5"
 

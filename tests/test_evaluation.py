@@ -12,29 +12,14 @@ import time
 import numpy as np
 import pytest
 import torch
-from test_cli import scalars, train_args
+from conftest import hopper_policy, scalars, train_args
+from oracles import sequential_rollout
 
 from primal_dt.cli import main
-from primal_dt.config import ModelConfig
-from primal_dt.eval_service import watch
-from primal_dt.evaluate import EvalOptions, Policy, make_jobs, rollout, sequential_rollout
-from primal_dt.model import DecisionTransformer
-from primal_dt.results import read_results
-from primal_dt.run import RunDir, TaskRecord, read_snapshot
-
-
-def hopper_policy() -> tuple[Policy, TaskRecord]:
-    """An untrained but deterministic policy; reset noise makes the episodes end at different
-    steps, some by falling (termination) and some at the 20-step limit (truncation)."""
-    torch.manual_seed(0)
-    config = ModelConfig(embed_dim=32, n_layer=2, n_head=2, context_len=5, primal_blocks="last",
-                         primal_rank=8)  # fmt: skip
-    model = DecisionTransformer(config, 11, 3, 1000)
-    policy = Policy(model, torch.zeros(11), torch.full((11,), 0.2), 1000.0, torch.device("cpu"))
-    task = TaskRecord(
-        "test", (), "Hopper-v5", {"reset_noise_scale": 0.1}, 20, (3600.0, 1800.0), None
-    )
-    return policy, task
+from primal_dt.evaluation.rollout import EvalOptions, make_jobs, rollout
+from primal_dt.evaluation.service import watch
+from primal_dt.store.results import read_results
+from primal_dt.store.rundir import RunDir, read_snapshot
 
 
 def test_vectorised_rollout_matches_the_sequential_loop() -> None:
@@ -139,3 +124,35 @@ def test_watch_evaluates_what_an_external_service_queues(minari_root, tmp_path, 
     assert watcher.returncode == 0, err
     assert "step 15: final evaluation over 2 episodes" in out
     assert "stopped watching" in err
+
+
+@pytest.mark.parametrize("service", ["process", "inline"])
+def test_the_evaluators_notes_reach_the_terminal_during_training(
+    minari_root, tmp_path, capsys, service
+) -> None:
+    """What the evaluator could not log (here the attention spectrum, whose saved windows are
+    unreadable) is printed by `train`, from the process beside training as from inline."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "spectrum_windows.pt").write_bytes(b"not windows")
+    extra = ("train.eval_every=5", "eval.episodes=1", "eval.final_episodes=1",
+             f'eval.service="{service}"')  # fmt: skip
+    assert main(train_args(run_dir, 10, *extra)) == 0
+    err = capsys.readouterr().err
+    for step in (5, 10):
+        assert f"step {step}: attention spectrum not logged: " in err, err
+
+
+def test_inline_and_background_evaluators_record_the_same(minari_root, tmp_path) -> None:
+    """The evaluator changes where an evaluation runs, never what it finds."""
+    found = {}
+    for service in ("process", "inline"):
+        run_dir = tmp_path / service
+        extra = ("train.eval_every=5", "eval.episodes=2", "eval.final_episodes=2",
+                 f'eval.service="{service}"')  # fmt: skip
+        assert main(train_args(run_dir, 10, *extra)) == 0
+        found[service] = [
+            (r.step, r.final, r.score, [s.return_mean for s in r.results], r.best)
+            for r in read_results(RunDir(run_dir))
+        ]
+    assert found["inline"] == found["process"] and len(found["inline"]) == 2

@@ -11,11 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_cli import train_args
+from conftest import train_args
 
 from primal_dt.cli import main
-from primal_dt.results import EvalRecord, append_result, read_results
-from primal_dt.run import RunDir, read_snapshot
+from primal_dt.store.results import EvalRecord, append_result, read_results
+from primal_dt.store.rundir import RunDir, read_snapshot
 
 DISK_SIZE = "16m"
 NOT_PERMITTED = ("permission denied", "operation not permitted", "only root", "must be superuser")
@@ -143,7 +143,7 @@ def test_eval_watch_on_a_disk_full_at_the_append_fails_in_one_line(
         append_result(run, record)
         raise KeyboardInterrupt  # it was written: stop watching (the test fails below)
 
-    monkeypatch.setattr("primal_dt.eval_service.append_result", append_on_a_full_disk)
+    monkeypatch.setattr("primal_dt.evaluation.service.append_result", append_on_a_full_disk)
     capsys.readouterr()
 
     code = main(["eval", "--watch", str(run_dir), "--device", "cpu", "--episodes", "1"])

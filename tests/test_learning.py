@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
-from conftest import DEVICE, TINY
+from conftest import tiny_trainer
 
-from primal_dt.config import load_config
-from primal_dt.evaluate import TargetResult, evaluate, load_policy
-from primal_dt.tasks import dataset_task, resolve_task
-from primal_dt.train import Trainer, action_loss, start_run
-
-
-def _trainer(task, run_dir: Path, steps: int, *extra: str):
-    config = load_config(
-        None,
-        [*TINY, f"train.steps={steps}", "train.lr=1e-3", f"train.device='{DEVICE}'", *extra],
-    )
-    return start_run(config, task, run_dir)
+from primal_dt.data.tasks import dataset_task, resolve_task
+from primal_dt.evaluation.rollout import TargetResult, load_policy, score_targets
+from primal_dt.training.trainer import Trainer, action_loss
 
 
 def _fixed_loss(trainer, batch) -> float:
@@ -36,14 +25,16 @@ def _evaluate(trainer: Trainer) -> list[TargetResult]:
     """The trainer's policy evaluated here and now (a run hands this to its evaluation service)."""
     snapshot = trainer.snapshot()
     policy = load_policy(snapshot, trainer.device, "the trained policy")
-    return evaluate(policy, snapshot.task, trainer.config.eval.episodes, trainer.config.train.seed)
+    return score_targets(
+        policy, snapshot.task, trainer.config.eval.episodes, trainer.config.train.seed
+    )
 
 
 def test_action_loss_falls_well_below_its_start(minari_root, tmp_path) -> None:
-    trainer = _trainer(resolve_task("halfcheetah-expert"), tmp_path / "run", 150)
+    trainer = tiny_trainer(resolve_task("halfcheetah-expert"), tmp_path / "run", 150)
     batch = trainer.sampler.sample(256)
     before = _fixed_loss(trainer, batch)
-    trainer.run(progress=False)
+    trainer.train(progress=False)
     after = _fixed_loss(trainer, batch)
     assert after < 0.4 * before, (before, after)
 
@@ -55,11 +46,11 @@ def test_expert_data_beats_random_data_in_the_environment(minari_root, tmp_path)
         ("expert", resolve_task("hopper-expert")),
         ("random", dataset_task("test/hopper/random-v0")),
     ):
-        trainer = _trainer(
+        trainer = tiny_trainer(
             task, tmp_path / name, 500, "model.embed_dim=64", "model.context_len=10",
             "train.batch_size=32",
         )  # fmt: skip
-        trainer.run(progress=False)
+        trainer.train(progress=False)
         results = _evaluate(trainer)  # targets 3600 and 1800, 2 episodes each
         returns[name] = np.mean([r.returns for r in results])
     assert returns["expert"] > returns["random"] + 150, returns

@@ -1,4 +1,4 @@
-"""The Decision Transformer (primal_dt/model.py's docstring) with softmax, Primal or mixed attention blocks.
+"""The Decision Transformer (primal_dt/method/model.py's docstring) with softmax, Primal or mixed attention blocks.
 
 Checked through the whole model: causality at the timestep level (and inside a timestep: a_t is
 predicted before a_t is seen), independence from padded steps, the KSVD loss (zero without Primal
@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import Tensor
 
-from primal_dt.attention import CausalSelfAttention, PrimalAttention
-from primal_dt.config import ModelConfig
-from primal_dt.errors import ConfigError
-from primal_dt.model import DecisionTransformer
+from primal_dt.common.config import ModelConfig
+from primal_dt.common.errors import ConfigError
+from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
+from primal_dt.method.model import DecisionTransformer
 
 STATE_DIM, ACT_DIM, MAX_T, K, BATCH = 5, 3, 50, 6, 3
 PRIMAL_CHOICES = ["none", "last", "all", [0]]

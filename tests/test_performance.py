@@ -6,16 +6,14 @@ import math
 
 import pytest
 import torch
-from conftest import DEVICE, TINY
-from test_cli import scalars, train_args
-from test_learning import _trainer
+from conftest import DEVICE, TINY, scalars, tiny_trainer, train_args
 
 from primal_dt.cli import main
-from primal_dt.config import load_config
-from primal_dt.device import autocast
-from primal_dt.model import DecisionTransformer
-from primal_dt.run import read_snapshot
-from primal_dt.tasks import resolve_task
+from primal_dt.common.config import load_config
+from primal_dt.common.device import autocast
+from primal_dt.data.tasks import resolve_task
+from primal_dt.method.model import DecisionTransformer
+from primal_dt.store.rundir import read_snapshot
 
 # On CUDA also the mode gpu_check.sh times, which replays CUDA graphs (the same as default on CPU).
 COMPILE_MODES = ["default"] if DEVICE == "cpu" else ["default", "reduce-overhead"]
@@ -27,7 +25,7 @@ def test_compiled_training_matches_eager(minari_root, tmp_path, mode: str) -> No
     (Dropout off: compiled graphs draw their own random numbers.)"""
     runs = {}
     for compiled in (False, True):
-        trainer = _trainer(
+        trainer = tiny_trainer(
             resolve_task("hopper-medium"), tmp_path / str(compiled), 3, "model.dropout=0.0",
             f"train.compile={'true' if compiled else 'false'}", f'train.compile_mode="{mode}"',
         )  # fmt: skip
@@ -51,12 +49,12 @@ def test_compiled_training_matches_eager(minari_root, tmp_path, mode: str) -> No
 def test_training_steps_never_wait_for_the_gpu(minari_root, tmp_path) -> None:
     """Sampling, forward, backward, clipping and the optimiser step queue work on the GPU without
     ever reading a value back: CUDA's sync debug mode turns any synchronisation into an error."""
-    trainer = _trainer(resolve_task("hopper-medium"), tmp_path / "run", 10)
+    trainer = tiny_trainer(resolve_task("hopper-medium"), tmp_path / "run", 10)
     trainer.train_step(trainer.sampler.sample(16))  # first step: lazy initialisation may sync
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(5):
-            trainer.pending += torch.stack(trainer.train_step(trainer.sampler.sample(16)))
+            trainer.accumulate(trainer.train_step(trainer.sampler.sample(16)))
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
@@ -79,7 +77,7 @@ def test_bf16_training_trains_stays_finite_and_resumes_exactly(minari_root, tmp_
         assert torch.equal(tensor, b.weights[name]), name
     assert scalars(straight)["train/action_loss"] == scalars(resumed)["train/action_loss"]
 
-    trainer = _trainer(resolve_task("hopper-medium"), tmp_path / "fused", 1)
+    trainer = tiny_trainer(resolve_task("hopper-medium"), tmp_path / "fused", 1)
     assert trainer.optimizer.defaults["fused"]  # torch has a fused AdamW for the test device
 
 

@@ -7,9 +7,9 @@ import subprocess
 import sys
 import time
 
-from test_cli import train_args
+from conftest import train_args
 
-from primal_dt.progress import LineProgress
+from primal_dt.common.progress import LineProgress
 
 
 def test_progress_lines_come_at_the_interval_and_at_the_end() -> None:

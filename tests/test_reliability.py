@@ -14,11 +14,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from test_cli import train_args
+from conftest import train_args
 
 from primal_dt.cli import main
-from primal_dt.recording import random_policy, record_episodes, write_dataset
-from primal_dt.run import read_snapshot, write_snapshot
+from primal_dt.data.recording import random_policy, record_episodes, write_dataset
+from primal_dt.store.rundir import read_snapshot, write_snapshot
 
 
 def test_sigterm_saves_and_says_how_to_resume(minari_root, tmp_path) -> None:
@@ -192,21 +192,22 @@ def test_empty_datasets_and_datasets_that_do_not_fit_their_env_are_refused(
 def test_divergence_keeps_the_last_good_checkpoint(minari_root, tmp_path) -> None:
     from conftest import TINY
 
-    from primal_dt.config import load_config
-    from primal_dt.tasks import resolve_task
-    from primal_dt.train import TrainingDiverged, start_run
+    from primal_dt.common.config import load_config
+    from primal_dt.data.tasks import resolve_task
+    from primal_dt.training.launch import start_run
+    from primal_dt.training.trainer import TrainingDiverged
 
     config = load_config(
         None, [*TINY, "train.steps=10", "train.ckpt_every=5", "train.device='cpu'"]
     )
     trainer = start_run(config, resolve_task("hopper-medium"), tmp_path / "run")
-    trainer.run(progress=False)
+    trainer.train(progress=False)
     good = (tmp_path / "run" / "ckpt.pt").read_bytes()
     trainer.config.train.steps = 20
     trainer.config.train.grad_clip = 1e30
     trainer.scheduler.base_lrs = [1e30]  # blow the run up from here on
     with pytest.raises(TrainingDiverged, match="the last good checkpoint, .*ckpt.pt, is kept"):
-        trainer.run(progress=False)
+        trainer.train(progress=False)
     assert (tmp_path / "run" / "ckpt.pt").read_bytes() == good
     assert read_snapshot(tmp_path / "run").step == 10
 

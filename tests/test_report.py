@@ -16,8 +16,8 @@ from conftest import TINY
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 
-from primal_dt import plots
 from primal_dt.cli import main
+from primal_dt.evaluation import plots
 
 SETTINGS = (*TINY, "eval.final_episodes=1", "eval.targets=[1800.0]")
 

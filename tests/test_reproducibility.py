@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import scalars, train_args
+from conftest import scalars, train_args
 
 from primal_dt.cli import main
-from primal_dt.eval_service import Evaluator
-from primal_dt.evaluate import EvalOptions
-from primal_dt.results import read_results
-from primal_dt.run import RunDir, RunLock, read_snapshot
+from primal_dt.evaluation.rollout import EvalOptions
+from primal_dt.evaluation.service import Evaluator
+from primal_dt.store.results import read_results
+from primal_dt.store.rundir import RunDir, RunLock, read_snapshot
 
 STEPS = 100
 # Checkpoints, logs and evaluations every few steps, so that kills land mid-step, mid-checkpoint
@@ -164,7 +164,7 @@ def test_a_resumed_run_prints_the_results_its_predecessor_never_printed(
     assert main(train_args(run_dir, 20, *external)) == 0
     assert read_results(RunDir(run_dir)) == []
     with Evaluator(RunDir(run_dir), EvalOptions(device="cpu"), torch.device("cpu")) as evaluator:
-        assert evaluator.evaluate_queue() == 2
+        assert len(evaluator.evaluate_queue()) == 2
     process = start(["train", "--resume", str(run_dir), "--steps", "25", "--no-progress"])
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output
@@ -178,7 +178,7 @@ def test_resume_of_a_run_in_use_before_its_first_checkpoint_names_the_process(
     run_dir = tmp_path / "run"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from primal_dt.run import RunDir, RunLock\n"
+         "import sys, time; from pathlib import Path; from primal_dt.store.rundir import RunDir, RunLock\n"
          f"lock = RunLock(RunDir(Path({str(run_dir)!r})), 'train').acquire()\n"
          "print('held', flush=True)\n"
          "time.sleep(60)"],
@@ -205,7 +205,7 @@ def test_watch_refuses_a_folder_that_is_no_run_and_leaves_nothing(tmp_path, caps
 
 
 def _sleep_as_evaluator(parent: int) -> None:
-    from primal_dt.eval_service import die_with_parent
+    from primal_dt.evaluation.service import die_with_parent
 
     die_with_parent(parent)
     time.sleep(120)
@@ -246,6 +246,6 @@ def alive(pid: int) -> bool:
 
 
 def test_the_evaluation_process_yields_the_cpu() -> None:
-    code = "import os; from primal_dt.cpu import yield_cpu; yield_cpu(); print(os.nice(0))"
+    code = "import os; from primal_dt.common.cpu import yield_cpu; yield_cpu(); print(os.nice(0))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "19", result.stderr

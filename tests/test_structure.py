@@ -1,17 +1,18 @@
-"""The package's structure: modules import one another without a circle, lower layers never import
-higher ones, the run directory's layout is spelled out in run.py alone, and a snapshot written is
-the snapshot read back."""
+"""The package's structure: its folders are its layers, and a module imports only from its own
+folder or a lower one, never in a circle; the run directory's layout is spelled out in
+store/rundir.py alone; a snapshot written is the snapshot read back."""
 
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 import torch
 
-from primal_dt.config import Config
-from primal_dt.data import ReferenceScores
-from primal_dt.run import (
+from primal_dt.common.config import Config
+from primal_dt.data.episodes import ReferenceScores
+from primal_dt.store.rundir import (
     EvalRequest,
     RunDir,
     Snapshot,
@@ -22,35 +23,63 @@ from primal_dt.run import (
 )
 
 PACKAGE = Path(__file__).resolve().parents[1] / "primal_dt"
-# Evaluation, its records and the run record never reach up into training or the commands.
-LOWER = {"run", "results", "evaluate", "eval_service", "spectrum", "device", "model", "data",
-         "conditioning", "cpu"}  # fmt: skip
-HIGHER = {"train", "sweep", "report", "cli"}
+# The layers, lowest first: each folder may import from itself and the folders before it. The
+# command line (cli.py, at the top of the package) may import from all of them.
+LAYERS = ("common", "data", "method", "store", "evaluation", "training", "tools")
+TOP = {"cli", "__init__", "__main__"}
 LAYOUT_NAMES = ("config.json", "ckpt.pt", "best.pt", "eval.jsonl", "eval_queue", "train.log",
                 "spectrum_windows.pt", "checkpoints/")  # fmt: skip
 
 
-def imports() -> dict[str, set[str]]:
-    """For each module of the package, the package modules it imports, at the top or lazily."""
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package by its dotted name below primal_dt (e.g. store.rundir)."""
+    return {
+        ".".join(path.relative_to(package).with_suffix("").parts): path
+        for path in package.rglob("*.py")
+    }
+
+
+def imports(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """For each module, the package modules it imports, at the top or lazily (`from primal_dt.x
+    import y` counts as x.y where x.y is a module, else as x)."""
+    known = modules(package)
     graph = {}
-    for path in PACKAGE.glob("*.py"):
+    for name, path in known.items():
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("primal_dt."):
-                found.add(node.module.removeprefix("primal_dt."))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("primal_dt"):
+                base = (node.module or "").removeprefix("primal_dt").lstrip(".")
+                for alias in node.names:
+                    full = f"{base}.{alias.name}".lstrip(".")
+                    found.add(full if full in known else base or "__init__")
             elif isinstance(node, ast.Import):
                 found |= {a.name.removeprefix("primal_dt.") for a in node.names
                           if a.name.startswith("primal_dt.")}  # fmt: skip
-        graph[path.stem] = found
+        graph[name] = found - {name}
     return graph
 
 
-def test_no_module_imports_another_in_a_circle() -> None:
-    graph = imports()
+def layer(module: str) -> int:
+    """A module's layer: the index of its folder in LAYERS; the top (cli) above them all."""
+    folder = module.split(".")[0]
+    return LAYERS.index(folder) if folder in LAYERS else len(LAYERS)
+
+
+def violations(package: Path = PACKAGE) -> list[str]:
+    """Every import that goes up a layer, and every import circle."""
+    graph = imports(package)
+    found = [
+        f"{module} imports {other}, a higher layer"
+        for module, imported in graph.items()
+        for other in imported
+        if layer(other) > layer(module)
+    ]
     done: set[str] = set()
 
     def visit(module: str, path: list[str]) -> None:
-        assert module not in path, "import circle: " + " -> ".join([*path, module])
+        if module in path:
+            found.append("import circle: " + " -> ".join([*path, module]))
+            return
         if module in done:
             return
         for imported in graph.get(module, ()):
@@ -59,20 +88,40 @@ def test_no_module_imports_another_in_a_circle() -> None:
 
     for module in graph:
         visit(module, [])
-    assert "run" in graph and "train" in graph  # the walk saw the package
+    return found
 
 
-def test_lower_layers_never_import_higher_ones() -> None:
-    for module, imported in imports().items():
-        if module in LOWER:
-            assert not imported & HIGHER, f"{module} imports {imported & HIGHER}"
+def test_every_module_lives_in_a_layer_folder() -> None:
+    outside = [m for m in modules() if m not in TOP and m.split(".")[0] not in LAYERS]
+    assert outside == [], f"modules outside the layer folders: {outside}"
+    assert set(LAYERS) <= {p.name for p in PACKAGE.iterdir() if p.is_dir()}
 
 
-def test_the_run_directory_layout_is_named_in_run_py_only() -> None:
-    """No string in the code outside run.py names a file of the run directory (docstrings and
-    command-line help, which describe the layout to people, may)."""
-    for path in PACKAGE.glob("*.py"):
-        if path.stem == "run":
+def test_imports_go_down_the_layers_and_never_in_a_circle() -> None:
+    assert violations() == []
+    assert len(imports()) >= 30 and "training.trainer" in imports()  # the walk saw the package
+
+
+def test_an_upward_import_planted_in_any_module_is_found(tmp_path) -> None:
+    """The check covers every module: plant an import of the top layer's module in each module
+    below it, one at a time, in a copy of the package."""
+    copy = tmp_path / "primal_dt"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("bundled", "__pycache__"))
+    for name, path in modules(copy).items():
+        if name in TOP:
+            continue
+        planted = copy / path.relative_to(copy)
+        original = planted.read_text()
+        planted.write_text(original + "\nfrom primal_dt.cli import main  # planted\n")
+        assert any(v.startswith(f"{name} imports cli") for v in violations(copy)), name
+        planted.write_text(original)
+
+
+def test_the_run_directory_layout_is_named_in_rundir_py_only() -> None:
+    """No string in the code outside store/rundir.py names a file of the run directory
+    (docstrings and command-line help, which describe the layout to people, may)."""
+    for name, path in modules().items():
+        if name == "store.rundir":
             continue
         tree = ast.parse(path.read_text())
         docstrings = {
@@ -93,13 +142,13 @@ def test_the_run_directory_layout_is_named_in_run_py_only() -> None:
                 if id(node) in docstrings:
                     continue
                 named = [name for name in LAYOUT_NAMES if name in node.value]
-                assert not named, f"{path.name}:{node.lineno} spells out {named}"
+                assert not named, f"{name}:{node.lineno} spells out {named}"
 
 
-def test_a_snapshot_reads_back_as_written_and_opens_with_weights_only(tmp_path) -> None:
+def example_snapshot() -> Snapshot:
     config = Config()
     config.model.context_len = 7
-    snapshot = Snapshot(
+    return Snapshot(
         step=12,
         config=config,
         task=TaskRecord(
@@ -124,12 +173,22 @@ def test_a_snapshot_reads_back_as_written_and_opens_with_weights_only(tmp_path) 
             {"generator": torch.ones(2)},
             torch.ones(4, dtype=torch.uint8),
             [],
-            torch.zeros(3),
+            {"action_loss": torch.tensor(0.5)},
             2,
         ),  # fmt: skip
     )
-    path = RunDir(tmp_path).checkpoint
+
+
+def _written_checkpoint(folder: Path, snapshot: Snapshot) -> Path:
+    path = RunDir(folder).checkpoint
     write_snapshot(path, snapshot)
+    return path
+
+
+def test_a_snapshot_reads_back_as_written_and_opens_with_weights_only(tmp_path) -> None:
+    snapshot = example_snapshot()
+    config = snapshot.config
+    path = _written_checkpoint(tmp_path, snapshot)
     assert isinstance(torch.load(path, weights_only=True), dict)
     back = read_snapshot(tmp_path)  # a run directory reads as its latest checkpoint
     assert back.config == config and back.task == snapshot.task
@@ -138,9 +197,20 @@ def test_a_snapshot_reads_back_as_written_and_opens_with_weights_only(tmp_path) 
     assert torch.equal(back.state_mean, snapshot.state_mean)
     assert torch.equal(back.weights["w"], snapshot.weights["w"])
     assert back.training is not None and back.training.pending_count == 2
+    assert back.training.pending_sums == {"action_loss": torch.tensor(0.5)}
     assert back.training.scheduler == {"last_epoch": 3}
-    assert back.eval_request() == EvalRequest(5, True)
     plain = Snapshot(**{**vars(snapshot), "request": None, "training": None})
     write_snapshot(path, plain)
     again = read_snapshot(path)
-    assert again.training is None and again.eval_request() == EvalRequest(10, False)
+    assert again.training is None and again.request is None
+
+
+def test_a_checkpoint_with_unnamed_loss_sums_reads_with_their_names(tmp_path) -> None:
+    """Checkpoints (format 1) written before the metrics had names hold their sums as a vector."""
+    payload = torch.load(_written_checkpoint(tmp_path, example_snapshot()), weights_only=True)
+    payload["pending_log"]["sums"] = torch.tensor([1.0, 2.0, 3.0])
+    torch.save(payload, tmp_path / "old.pt")
+    sums = read_snapshot(tmp_path / "old.pt").training.pending_sums
+    assert {name: value.item() for name, value in sums.items()} == {
+        "action_loss": 1.0, "ksvd_loss": 2.0, "grad_norm": 3.0,
+    }  # fmt: skip

@@ -1,5 +1,6 @@
 """primal-dt sweep and report: a tiny grid trains, resumes without redoing finished runs, and is
-reported; the attention spectrum against numpy's SVD; the same sweep as Ray tasks."""
+reported; the train command lines a sweep builds parse back with the CLI's parser; the threads a
+local run gets; the attention spectrum against numpy's SVD; the same sweep as Ray tasks."""
 
 from __future__ import annotations
 
@@ -8,22 +9,32 @@ import json
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import TINY
+from conftest import TINY, scalars
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.custom_scalar import layout_pb2
-from test_cli import scalars
 
-from primal_dt.cli import main
-from primal_dt.report import collect, group, markdown_table
-from primal_dt.results import read_results
-from primal_dt.run import RunDir, read_snapshot
-from primal_dt.spectrum import cumulative_spectrum, mean_cumulative_spectrum, rank_at
-from primal_dt.sweep import Run, SweepError, SweepOptions, ray_gpus, sweep_lock, thread_env
+from primal_dt.cli import build_parser, main
+from primal_dt.common.config import load_config, named_config_path
+from primal_dt.evaluation.spectrum import cumulative_spectrum, mean_cumulative_spectrum, rank_at
+from primal_dt.store.results import read_results
+from primal_dt.store.rundir import RunDir, read_snapshot
+from primal_dt.tools.report import collect, group, markdown_table
+from primal_dt.tools.sweep import (
+    GridCell,
+    SweepError,
+    SweepOptions,
+    command,
+    local_thread_env,
+    plan,
+    ray_gpus,
+    sweep_lock,
+)
 
 # Every run: 10 steps of a tiny model, then a final evaluation of one episode.
 SETTINGS = (*TINY, "eval.final_episodes=1", "eval.targets=[1800.0]")
@@ -65,6 +76,46 @@ def test_spectrum_matches_numpy_svd() -> None:
     )
 
 
+def test_train_command_lines_parse_back(tmp_path) -> None:
+    """The sweep's `primal-dt train` command lines, parsed by the CLI's own parser, give back the
+    cell: a start its task, config, run directory and every --set override (the steps among them);
+    a resume its run directory and steps."""
+    options = SweepOptions(
+        ["hopper-medium"], [3], ["dt"], runs_dir=tmp_path / "runs", steps=10, device="cpu",
+        offline=True, overrides=list(SETTINGS),
+    )  # fmt: skip
+    (cell,) = plan(options)
+    run_dir = str((tmp_path / "runs").resolve() / "hopper-medium" / "dt-s3")
+    prefix = [sys.executable, "-m", "primal_dt.cli"]
+
+    start = command(cell, options)
+    assert cell.action == "start" and start[:3] == prefix
+    args = build_parser().parse_args(start[3:])
+    assert args.command == "train" and args.resume is None and args.no_progress
+    assert (args.env, args.config, args.run_dir) == ("hopper-medium", "dt", run_dir)
+    assert args.set == [*SETTINGS, "train.steps=10", "train.seed=3", 'train.device="cpu"',
+                        "data.download=false"]  # fmt: skip
+    config = load_config(named_config_path(args.config), args.set, task=args.env)
+    assert (config.train.steps, config.train.seed, config.train.device) == (10, 3, "cpu")
+    assert config.model.embed_dim == 32 and config.eval.targets == [1800.0]
+
+    for action in ("resume", "evaluate"):  # evaluate: a resume that only does the final evaluation
+        resume = command(replace(cell, action=action), options)
+        assert resume[:3] == prefix
+        args = build_parser().parse_args(resume[3:])
+        assert (args.command, args.resume, args.steps) == ("train", run_dir, 10)
+        assert args.offline and args.no_progress and args.env is None and args.set is None
+
+
+def test_threads_of_a_local_run() -> None:
+    """Runs sharing this machine split its cores evenly: --parallel P on C cores gives each run
+    C // P threads, and never fewer than one."""
+    assert local_thread_env(1, cores=8) == {"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "8"}
+    threads = [local_thread_env(parallel, cores=8)["OMP_NUM_THREADS"] for parallel in (2, 3, 8, 16)]
+    assert threads == ["4", "2", "1", "1"]
+    assert local_thread_env(3, cores=2) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
     runs = tmp_path / "runs"
     # One cell was interrupted at step 5 of 10; another holds what a failed start left behind.
@@ -94,7 +145,6 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
         assert (run_dir / "train.log").stat().st_size > 0
         assert (run_dir / "spectrum_windows.pt").exists()  # made by the evaluator
     assert not (stale / "stale.txt").exists()  # cleaned, then trained like the others
-    assert thread_env(1) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
     # The evaluator logged each block's spectrum as an image at the evaluated step, and the run's
     # curves were copied under per-task tags for the Custom Scalars layout written into runs/.
@@ -204,8 +254,10 @@ def test_gpus_per_ray_run(tmp_path) -> None:
         options = SweepOptions(
             ["hopper-medium"], [0], ["dt"], ray_address="HOST", gpus_per_run=given
         )
-        runs = [Run("hopper-medium", "dt", "dt", 0, RunDir(tmp_path), 10, [], d) for d in devices]
-        return ray_gpus(options, runs, cluster_gpus)
+        cells = [
+            GridCell("hopper-medium", "dt", "dt", 0, RunDir(tmp_path), 10, [], d) for d in devices
+        ]
+        return ray_gpus(options, cells, cluster_gpus)
 
     assert gpus(["cpu"], 0) == gpus(["auto"], 0) == gpus(["cpu", "cpu"], 4) == 0
     assert gpus(["auto"], 4) == gpus(["cpu", "cuda:1"], 4) == gpus(["cuda"], 1) == 0.25

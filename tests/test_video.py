@@ -15,15 +15,14 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import hopper_policy, train_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_cli import train_args
-from test_evaluation import hopper_policy
 
 from primal_dt.cli import main
-from primal_dt.evaluate import load_policy, make_jobs, rollout
-from primal_dt.results import read_results
-from primal_dt.run import RunDir, read_snapshot
-from primal_dt.video import headless_rendering, mp4_writer, read_frames
+from primal_dt.evaluation.rollout import load_policy, make_jobs, rollout
+from primal_dt.evaluation.video import headless_rendering, mp4_writer, read_frames
+from primal_dt.store.results import read_results
+from primal_dt.store.rundir import RunDir, read_snapshot
 
 
 def test_a_rendered_episode_is_an_mp4_with_the_same_return(tmp_path) -> None:

@@ -1,7 +1,7 @@
 """Roll a Decision Transformer out in its Gymnasium v5 environment and score the returns.
 
-All episodes of one target run at once in a Gymnasium vector environment, with one batched model
-call per environment step. Each episode conditions on its own running return-to-go (the target
+All episodes of all targets run at once in a Gymnasium vector environment, with one batched
+model call per environment step. Each episode conditions on its own running return-to-go (the target
 minus the reward collected so far) and on its last K steps. The policy is deterministic (the tanh
 head's output), so a seed fixes every return.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -20,14 +21,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from primal_dt.config import check_device_name
-from primal_dt.device import autocast
-from primal_dt.errors import CheckpointError, ConfigError
-from primal_dt.model import DecisionTransformer
-from primal_dt.results import EvalRecord, TargetSummary
-from primal_dt.run import Snapshot, TaskRecord, read_snapshot
-from primal_dt.tasks import make_env
-from primal_dt.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
+from primal_dt.common.config import check_device_name
+from primal_dt.common.device import autocast
+from primal_dt.common.errors import CheckpointError, ConfigError
+from primal_dt.evaluation.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
+from primal_dt.method.model import DecisionTransformer, evaluating
+from primal_dt.store.results import EvalRecord, TargetSummary
+from primal_dt.store.rundir import Snapshot, TaskRecord, read_snapshot
 
 
 def make_vector(
@@ -42,8 +42,7 @@ def make_vector(
     # The models' "track" camera follows the body; Gymnasium's default free camera stays where
     # the episode started and loses the robot once it moves (a model without it gets the latter).
     drawn = {"render_mode": "rgb_array", "camera_name": "track"} if render else {}
-    kwargs = {**task.env_kwargs, **drawn}
-    make = partial(make_env, task.env_id, task.max_episode_steps, **kwargs)
+    make = partial(task.make_env, **drawn)
     if workers > 1:
         return gym.vector.AsyncVectorEnv(
             [make] * num_envs,
@@ -124,12 +123,10 @@ def rollout(
     """
     model, device, k = policy.model, policy.device, policy.context_len
     slots = min(len(jobs), num_envs or len(jobs))
-    was_training = model.training
-    model.eval()
     if on_frame is not None and len(jobs) != 1:
         raise ValueError("rendering records one episode at a time")
     envs = make_vector(task, slots, workers, render=on_frame is not None)
-    try:
+    with evaluating(model), closing(envs):
         obs, _ = envs.reset(seed=[job.seed for job in jobs[:slots]])
         if on_frame is not None:
             on_frame(envs.render()[0])
@@ -180,62 +177,6 @@ def rollout(
             obs, _ = envs.reset(seed=seeds, options={"reset_mask": done})
             reset = torch.as_tensor(done, device=device)
             states[reset], actions[reset], rtg[reset], t[reset] = 0.0, 0.0, 0.0, 0
-    finally:
-        envs.close()
-        model.train(was_training)
-    return returns, lengths
-
-
-@torch.inference_mode()
-def sequential_rollout(
-    policy: Policy, task: TaskRecord, jobs: list[Job]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The reference implementations' evaluation: one episode after another, one model call per
-    step with a batch of one. Kept as the baseline the vectorised rollout is checked and timed
-    against."""
-    model, device, k = policy.model, policy.device, policy.context_len
-    was_training = model.training
-    model.eval()
-    env = make_env(task.env_id, task.max_episode_steps, **task.env_kwargs)
-    low, high = env.action_space.low, env.action_space.high
-    returns, lengths = np.zeros(len(jobs)), np.zeros(len(jobs), dtype=np.int64)
-    try:
-        for index, job in enumerate(jobs):
-            obs, _ = env.reset(seed=job.seed)
-            states, actions, rtg = [], [], []
-            remaining = torch.tensor(job.target / policy.return_scale, device=device)
-            done = False
-            while not done:
-                state = torch.as_tensor(obs, dtype=torch.float32, device=device)
-                states.append((state - policy.state_mean) / policy.state_std)
-                actions.append(torch.zeros(model.act_dim, device=device))
-                rtg.append(remaining.clone())
-                n = min(len(states), k)
-                pad = k - n
-                window_states = torch.zeros(1, k, model.state_dim, device=device)
-                window_actions = torch.zeros(1, k, model.act_dim, device=device)
-                window_rtg = torch.zeros(1, k, device=device)
-                window_states[0, pad:] = torch.stack(states[-n:])
-                window_actions[0, pad:] = torch.stack(actions[-n:])
-                window_rtg[0, pad:] = torch.stack(rtg[-n:])
-                first = len(states) - n
-                timesteps = torch.zeros(1, k, dtype=torch.long, device=device)
-                timesteps[0, pad:] = torch.arange(first, first + n, device=device)
-                mask = (torch.arange(k, device=device) >= pad)[None]
-                predicted, _ = model(window_states, window_actions, window_rtg, timesteps, mask)
-                actions[-1] = predicted[0, -1].float()
-                obs, reward, terminated, truncated, _ = env.step(
-                    np.clip(actions[-1].cpu().numpy(), low, high)
-                )
-                returns[index] += reward
-                lengths[index] += 1
-                remaining -= (
-                    torch.tensor(reward, dtype=torch.float32, device=device) / policy.return_scale
-                )
-                done = terminated or truncated
-    finally:
-        env.close()
-        model.train(was_training)
     return returns, lengths
 
 
@@ -248,7 +189,7 @@ def make_jobs(targets: tuple[float, ...] | list[float], episodes: int, seed: int
     ]
 
 
-def evaluate(
+def score_targets(
     policy: Policy,
     task: TaskRecord,
     episodes: int,
@@ -288,7 +229,7 @@ def load_policy(snapshot: Snapshot, device: torch.device, what: str) -> Policy:
 def check_env_matches(task: TaskRecord, state_dim: int, act_dim: int, what: str) -> None:
     """A model for S states and A actions can only act in an environment with those sizes."""
     try:
-        env = make_env(task.env_id, task.max_episode_steps, **task.env_kwargs)
+        env = task.make_env()
     except Exception as err:  # unknown id, bad kwargs, missing MuJoCo...
         raise CheckpointError(f"{what}: cannot make its environment {task.env_id}: {err}") from None
     found = (env.observation_space.shape, env.action_space.shape)
@@ -302,8 +243,8 @@ def check_env_matches(task: TaskRecord, state_dim: int, act_dim: int, what: str)
 
 @dataclass
 class EvalOptions:
-    """How to evaluate; None means what the snapshot asks for (its request, the run's seed and
-    the task's targets), so re-evaluating a checkpoint repeats the numbers logged in training."""
+    """What a command asks of an evaluation; None (or 0) leaves it to plan_evaluation's defaults
+    from the run, so re-evaluating a checkpoint repeats the numbers logged in training."""
 
     device: str = "auto"
     workers: int = 0
@@ -325,47 +266,72 @@ class EvalOptions:
         return self
 
 
-def evaluate_snapshot(
-    snapshot: Snapshot, policy: Policy, options: EvalOptions, checkpoint: str
+@dataclass(frozen=True)
+class EvalPlan:
+    """What one evaluation of one snapshot does, resolved (plan_evaluation)."""
+
+    episodes: int  # per target
+    seed: int  # episode i of each target resets with seed + i
+    targets: tuple[float, ...]
+    final: bool
+    videos: int  # episodes per target also rendered to MP4
+    workers: int
+
+
+def plan_evaluation(snapshot: Snapshot, options: EvalOptions) -> EvalPlan:
+    """The one place that decides what an evaluation does: the command's options where given,
+    else the snapshot's queued request, else the run's config. Episodes: the request's, else
+    eval.episodes; seed: the run's train.seed; targets: eval.targets, else the task's; videos:
+    eval.video_episodes at a final evaluation."""
+    config, request = snapshot.config, snapshot.request
+    final = request.final if request is not None else False
+    episodes = request.episodes if request is not None else config.eval.episodes
+    return EvalPlan(
+        episodes=options.episodes or episodes,
+        seed=config.train.seed if options.seed is None else options.seed,
+        targets=tuple(options.targets or config.eval.targets or snapshot.task.eval_targets),
+        final=final,
+        videos=options.videos or (config.eval.video_episodes if final else 0),
+        workers=options.workers,
+    )
+
+
+def evaluation_record(
+    snapshot: Snapshot, policy: Policy, plan: EvalPlan, checkpoint: str
 ) -> EvalRecord:
-    """Evaluate a loaded snapshot's policy; the record eval.jsonl and `primal-dt eval` report, in
-    which the checkpoint is called `checkpoint`."""
+    """Evaluate a loaded snapshot's policy as planned; the record eval.jsonl and `primal-dt eval`
+    report, in which the checkpoint is called `checkpoint`."""
     start = time.perf_counter()
-    request = snapshot.eval_request()
-    episodes = options.episodes or request.episodes
-    seed = snapshot.config.train.seed if options.seed is None else options.seed
-    results = evaluate(policy, snapshot.task, episodes, seed, options.targets, options.workers)
+    task = snapshot.task
+    results = score_targets(policy, task, plan.episodes, plan.seed, plan.targets, plan.workers)
     summaries = [r.summary() for r in results]
     best = max(summaries, key=lambda s: s.return_mean)
     return EvalRecord(
         step=snapshot.step,
         checkpoint=checkpoint,
-        task=snapshot.task.name,
-        dataset_ids=list(snapshot.task.dataset_ids),
-        env_id=snapshot.task.env_id,
-        episodes=episodes,
-        seed=seed,
-        final=request.final,
-        reference=snapshot.task.reference,
+        task=task.name,
+        dataset_ids=list(task.dataset_ids),
+        env_id=task.env_id,
+        episodes=plan.episodes,
+        seed=plan.seed,
+        final=plan.final,
+        reference=task.reference,
         results=summaries,
         score=best.return_mean if best.normalized_mean is None else best.normalized_mean,
         seconds=round(time.perf_counter() - start, 2),
-        dataset_best_return=snapshot.task.dataset_best_return,
+        dataset_best_return=task.dataset_best_return,
     )
 
 
-def record_videos(
-    snapshot: Snapshot, policy: Policy, options: EvalOptions, folder: Path
-) -> list[Path]:
-    """options.videos episodes per target rendered to MP4 files in folder, named by step,
-    target, seed and return; the same episodes (seeds) as the evaluation's first ones."""
+def record_videos(snapshot: Snapshot, policy: Policy, plan: EvalPlan, folder: Path) -> list[Path]:
+    """plan.videos episodes per target rendered to MP4 files in folder, named by step, target,
+    seed and return; the same episodes (seeds) as the evaluation's first ones."""
     task = snapshot.task
-    seed = snapshot.config.train.seed if options.seed is None else options.seed
-    env = make_env(task.env_id, task.max_episode_steps, **task.env_kwargs)
+    env = task.make_env()
     fps = env.metadata["render_fps"]  # real time: one frame per environment step
     env.close()
     paths, partial_path = [], folder / f".recording_step_{snapshot.step}.mp4"
-    for job in make_jobs(tuple(options.targets or task.eval_targets), options.videos, seed):
+    for job in make_jobs(plan.targets, plan.videos, plan.seed):
         with headless_rendering(), mp4_writer(partial_path, fps) as writer:
             returns, _ = rollout(policy, task, [job], on_frame=writer.append_data)
         path = folder / video_name(snapshot.step, job.target, job.seed, float(returns[0]))
@@ -374,25 +340,26 @@ def record_videos(
     return paths
 
 
-def evaluate_checkpoint(
-    path: Path, options: EvalOptions, device: torch.device, videos_to: Path | None = None
-) -> EvalRecord:
-    """Read, load and evaluate one checkpoint file (`primal-dt eval --ckpt`); with
-    options.videos, also render that many episodes per target into videos_to."""
-    snapshot = read_snapshot(path, map_location=device)
-    policy = load_policy(snapshot, device, f"checkpoint {path}")
-    record = evaluate_snapshot(snapshot, policy, options, str(path))
-    if options.videos and videos_to is not None:
-        add_videos(record, snapshot, policy, options, videos_to)
-    return record
-
-
 def add_videos(
-    record: EvalRecord, snapshot: Snapshot, policy: Policy, options: EvalOptions, folder: Path
+    record: EvalRecord, snapshot: Snapshot, policy: Policy, plan: EvalPlan, folder: Path
 ) -> None:
     """Record the videos into the evaluation's record, or why they could not be made: a video
     never fails the evaluation it illustrates."""
     try:
-        record.videos = [str(p) for p in record_videos(snapshot, policy, options, folder)]
+        record.videos = [str(p) for p in record_videos(snapshot, policy, plan, folder)]
     except VideoUnavailable as err:
         record.video_error = str(err)
+
+
+def evaluate_checkpoint(
+    path: Path, options: EvalOptions, device: torch.device, videos_to: Path | None = None
+) -> EvalRecord:
+    """Read, load and evaluate one checkpoint file (`primal-dt eval --ckpt`); with videos asked
+    for, also render them into videos_to."""
+    snapshot = read_snapshot(path, map_location=device)
+    policy = load_policy(snapshot, device, f"checkpoint {path}")
+    plan = plan_evaluation(snapshot, options)
+    record = evaluation_record(snapshot, policy, plan, str(path))
+    if plan.videos and videos_to is not None:
+        add_videos(record, snapshot, policy, plan, videos_to)
+    return record

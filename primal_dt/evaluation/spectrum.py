@@ -21,10 +21,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from primal_dt.data import Batch, WindowSampler, load_task_data
-from primal_dt.model import DecisionTransformer
-from primal_dt.run import RunDir, Snapshot, atomic_write
-from primal_dt.tasks import Task, env_for_gym_id
+from primal_dt.data.episodes import Batch, WindowSampler, load_task_data
+from primal_dt.method.model import DecisionTransformer, evaluating
+from primal_dt.store.rundir import RunDir, Snapshot, atomic_write
 
 WINDOWS_SEED = 2305_19798  # the paper's arXiv number: any constant, the same for every run
 NUM_WINDOWS = 128
@@ -70,25 +69,22 @@ def attention_spectra(model: DecisionTransformer, windows: Batch) -> list[np.nda
         return hook
 
     hooks = [block.attn.register_forward_hook(keep(i)) for i, block in enumerate(model.blocks)]
-    was_training = model.training
-    model.eval()
     try:
-        model(
-            windows.states, windows.actions, windows.returns_to_go, windows.timesteps, windows.mask
-        )
+        with evaluating(model):
+            model(
+                windows.states, windows.actions, windows.returns_to_go, windows.timesteps,
+                windows.mask,
+            )  # fmt: skip
     finally:
         for hook in hooks:
             hook.remove()
-        model.train(was_training)
     token_mask = windows.mask.repeat_interleave(3, dim=1).cpu()  # (R, s, a) tokens per step
     return [mean_cumulative_spectrum(outputs[i], token_mask).numpy() for i in sorted(outputs)]
 
 
 def make_windows(snapshot: Snapshot, count: int = NUM_WINDOWS) -> Batch:
     """Fixed-seed windows of the snapshot's dataset, normalised as its run normalises states."""
-    record = snapshot.task
-    task = Task(record.name, record.dataset_ids, env_for_gym_id(record.env_id))
-    data = load_task_data(task, download=False)
+    data = load_task_data(snapshot.task.task(), download=False)
     sampler = WindowSampler(
         data.episodes,
         snapshot.state_mean.cpu().numpy(),
@@ -126,7 +122,7 @@ def checkpoint_spectra(
 def log_spectrum(writer: Any, run: RunDir, snapshot: Snapshot, model: DecisionTransformer) -> None:
     """For the evaluator: each block's spectrum of a snapshot as a TensorBoard image
     `spectrum/block_<i>`, and `spectrum/block_<i>/rank_90` (singular values for 90% of the sum)."""
-    from primal_dt.plots import figure_image, spectrum_figure
+    from primal_dt.evaluation.plots import figure_image, spectrum_figure
 
     step = snapshot.step
     spectra = checkpoint_spectra(run, snapshot, model)

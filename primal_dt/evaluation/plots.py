@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from primal_dt.errors import PrimalDTError
+from primal_dt.common.errors import PrimalDTError
 
 Series = Sequence[tuple[int, float]]  # (step, value) points of one run
 

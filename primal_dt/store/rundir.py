@@ -34,13 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
+import gymnasium as gym
 import torch
 from torch import Tensor
 
-from primal_dt.config import Config, config_from_dict
-from primal_dt.data import ReferenceScores
-from primal_dt.errors import CheckpointError, ConfigError, PrimalDTError, first_line
-from primal_dt.model import DecisionTransformer
+from primal_dt.common.config import Config, config_from_dict
+from primal_dt.common.errors import CheckpointError, ConfigError, PrimalDTError, first_line
+from primal_dt.data.episodes import ReferenceScores, TaskData
+from primal_dt.data.tasks import Task, env_for_gym_id, make_env
+from primal_dt.method.model import DecisionTransformer
 
 FORMAT = "primal-dt-checkpoint"
 VERSION = 1
@@ -158,6 +160,24 @@ class RunDir:
         return str(self.path)
 
 
+def safe_name(text: str) -> str:
+    """text as one file or folder name: what is not a letter, digit, '.', '_' or '-' becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+
+
+def run_dir_name(task: str, config_name: str, seed: int, stamp: str | None = None) -> Path:
+    """Where a run goes below a runs directory: <task>/<config>-s<seed>, with -<time> where a
+    plain `train` stamps it (a sweep's runs have none: a sweep finds its runs again by name);
+    config_name_of reads the config name back for runs that predate config.json's."""
+    return Path(safe_name(task)) / (f"{config_name}-s{seed}" + (f"-{stamp}" if stamp else ""))
+
+
+def config_name_of(folder: str) -> str:
+    """The config name in a run_dir_name folder (the folder itself where it is not one)."""
+    match = re.fullmatch(r"(.+)-s\d+(-\d{8}-\d{6})?", folder)
+    return match[1] if match else folder
+
+
 def run_of(path: Path) -> RunDir:
     """The run a path names: a run directory, or its ckpt.pt."""
     return RunDir(path.parent) if RunDir(path.parent).checkpoint == path else RunDir(path)
@@ -209,9 +229,10 @@ class RunBusy(PrimalDTError):
 
 class RunLock:
     """One writer of each kind per run directory: the trainer (`train`, `--resume`) takes the
-    "train" lock, the evaluator (the service a trainer starts, or `eval --watch`) the "eval" lock.
-    The operating system releases a lock when its process dies, so a killed run never leaves its
-    directory locked. Readers (`eval --ckpt`, `report`) take none."""
+    "train" lock, and the "eval" lock too where its own evaluator records (eval.service "process"
+    or "inline"); `eval --watch` takes the "eval" lock. The operating system releases a lock when
+    its process dies, so a killed run never leaves its directory locked, and a writer that ends
+    removes its lock file. Readers (`eval --ckpt`, `report`) take none."""
 
     def __init__(self, run: RunDir, role: str) -> None:
         self.run, self.role = run, role
@@ -295,9 +316,8 @@ def read_run_config(run: RunDir) -> RunConfig:
         raise CheckpointError(
             f"{run.config_file} is not a primal-dt run config: {first_line(err)}"
         ) from None
-    if name is None:  # a run made before config.json named its config: <config>-s<seed>[-<time>]
-        match = re.fullmatch(r"(.+)-s\d+(-\d{8}-\d{6})?", run.path.name)
-        name = match[1] if match else run.path.name
+    if name is None:  # a run made before config.json named its config
+        name = config_name_of(run.path.name)
     return RunConfig(task, name, config)
 
 
@@ -317,6 +337,28 @@ class TaskRecord:
     eval_targets: tuple[float, ...]
     reference: ReferenceScores | None
     dataset_best_return: float | None = None  # the best episode return in the training data
+
+    @classmethod
+    def of(cls, data: TaskData) -> TaskRecord:
+        """The record of a task's loaded data."""
+        return cls(
+            name=data.task.name,
+            dataset_ids=tuple(data.task.dataset_ids),
+            env_id=data.env_id,
+            env_kwargs=data.env_kwargs,
+            max_episode_steps=data.max_episode_steps,
+            eval_targets=data.eval_targets,
+            reference=data.reference,
+            dataset_best_return=data.best_return,
+        )
+
+    def task(self) -> Task:
+        """The task to load its data again (where it is found now)."""
+        return Task(self.name, self.dataset_ids, env_for_gym_id(self.env_id))
+
+    def make_env(self, **extra: Any) -> gym.Env:
+        """Its environment, as evaluation makes it (extra: e.g. a render mode)."""
+        return make_env(self.env_id, self.max_episode_steps, **self.env_kwargs, **extra)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -357,7 +399,7 @@ class TrainingState:
     sampler: dict[str, Tensor]
     rng_torch: Tensor
     rng_cuda: list[Tensor]
-    pending_sums: Tensor
+    pending_sums: dict[str, Tensor]  # by metric name (the trainer's train_step names them)
     pending_count: int
     results_shown: int | None = None  # None: not recorded (older checkpoints): print none
 
@@ -392,10 +434,6 @@ class Snapshot:
                 f"the checkpoint of step {self.step} does not match its model: {first_line(err)}"
             ) from None
         return model.to(device)
-
-    def eval_request(self) -> EvalRequest:
-        """The queued request, or for a saved checkpoint the run's eval.episodes, not final."""
-        return self.request or EvalRequest(self.config.eval.episodes, final=False)
 
 
 def _payload(snapshot: Snapshot) -> dict[str, Any]:
@@ -432,14 +470,17 @@ def _snapshot(payload: dict[str, Any]) -> Snapshot:
     dims, request = payload["dims"], payload.get("eval")
     training = None
     if "optimizer" in payload:
-        pending = payload.get("pending_log", {"sums": torch.zeros(3), "count": 0})
+        pending = payload.get("pending_log", {"sums": {}, "count": 0})
+        sums = pending["sums"]
+        if isinstance(sums, Tensor):  # written before the sums were named: a vector, in this order
+            sums = dict(zip(("action_loss", "ksvd_loss", "grad_norm"), sums, strict=True))
         training = TrainingState(
             optimizer=payload["optimizer"],
             scheduler=payload["scheduler"],
             sampler=payload["sampler"],
             rng_torch=payload["rng"]["torch"],
             rng_cuda=list(payload["rng"]["cuda"]),
-            pending_sums=pending["sums"],
+            pending_sums=dict(sums),
             pending_count=int(pending["count"]),
             results_shown=payload.get("results_shown"),
         )

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from primal_dt.errors import ConfigError, did_you_mean
-from primal_dt.resources import resource_dir
+from primal_dt.common.errors import ConfigError, did_you_mean
+from primal_dt.common.resources import resource_dir
 
 PRIMAL_BLOCK_CHOICES = ("none", "last", "all")
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -90,7 +90,8 @@ class TrainConfig:
     keep_checkpoints: int = 3  # step checkpoints kept in checkpoints/ besides ckpt.pt and best.pt
     # torch.compile the model for training (static shapes: every batch is batch_size x K).
     compile: bool = False
-    compile_mode: str = "default"  # torch.compile mode: default, reduce-overhead, max-autotune
+    # torch.compile mode: default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs.
+    compile_mode: str = "default"
     # "auto": bf16 autocast on CUDA, float32 on a CPU; "bf16" or "fp32" force one (device.py).
     precision: str = "auto"
     # CPU threads for training; 0: automatic (cpu.py: OMP_NUM_THREADS, else one per usable core,
@@ -124,7 +125,7 @@ class TrainConfig:
             )
 
 
-EVAL_SERVICES = ("process", "external")
+EVAL_SERVICES = ("process", "inline", "external")
 
 
 @dataclass
@@ -135,8 +136,9 @@ class EvalConfig:
     # 0 or 1: the episodes' environments step in the evaluating process (SyncVectorEnv);
     # N > 1: each in its own process, N stepping at once (AsyncVectorEnv), for machines with cores.
     workers: int = 0
-    # "process": a process beside training evaluates each snapshot; "external": snapshots are only
-    # queued in the run directory, for `primal-dt eval --watch RUN_DIR` (e.g. on another machine).
+    # "process": a process beside training evaluates each snapshot; "inline": the training process
+    # evaluates it, training waiting meanwhile; "external": snapshots are only queued in the run
+    # directory, for `primal-dt eval --watch RUN_DIR` (e.g. on another machine).
     service: str = "process"
     device: str = "auto"  # where the evaluating model runs: auto, cpu, cuda or cuda:N
     # Episodes per target rendered to RUN_DIR/videos (and TensorBoard) at the final evaluation.

@@ -23,8 +23,8 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from primal_dt.errors import DatasetError
-from primal_dt.tasks import make_env
+from primal_dt.common.errors import DatasetError
+from primal_dt.data.tasks import make_env
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 

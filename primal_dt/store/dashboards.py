@@ -7,6 +7,7 @@ per task need tags that name the task. When a run finishes, its `eval/<target>/n
 and `train/ksvd_loss` are copied into its own directory as `by_task/<task>/...` (an extra event
 file, rewritten on each copy); the layout, written into RUNS_DIR itself, has one category per task
 that selects those. `tensorboard --logdir RUNS_DIR` then shows DT against Primal-DT per task.
+A run's settings go to the HPARAMS tab (write_hparams).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+from primal_dt.common.config import Config
 
 LAYOUT_SUFFIX = ".layout"
 COPY_SUFFIX = ".by_task"
@@ -68,19 +72,46 @@ def write_layout(runs_dir: Path, tasks: Iterable[str]) -> None:
         writer.add_custom_scalars(layout(tasks))
 
 
+def read_scalars(folder: Path) -> dict[str, list[tuple[int, float, float]]]:
+    """Every scalar series TensorBoard finds in folder's event files, by tag: all its points, as
+    (step, value, wall_time)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    return {
+        tag: [(e.step, e.value, e.wall_time) for e in events.Scalars(tag)]
+        for tag in events.Tags()["scalars"]
+    }
+
+
 def copy_run(run_dir: Path, task: str) -> int:
     """Copy a run's normalised returns and KSVD loss under by_task/<task>/; returns the points."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from torch.utils.tensorboard import SummaryWriter
 
     _remove(run_dir, COPY_SUFFIX)
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    tags = [tag for tag in events.Tags()["scalars"] if COPIED_TAGS.fullmatch(tag)]
+    series = {t: s for t, s in read_scalars(run_dir).items() if COPIED_TAGS.fullmatch(t)}
     points = 0
     with SummaryWriter(str(run_dir), filename_suffix=COPY_SUFFIX) as writer:
-        for tag in tags:
-            for event in events.Scalars(tag):
-                writer.add_scalar(f"by_task/{task}/{tag}", event.value, event.step, event.wall_time)
+        for tag, scalars in series.items():
+            for step, value, wall_time in scalars:
+                writer.add_scalar(f"by_task/{task}/{tag}", value, step, wall_time)
                 points += 1
     return points
+
+
+def write_hparams(writer: Any, task: str, config: Config) -> None:
+    """A run's settings in TensorBoard's HPARAMS tab, in the run's own directory."""
+    from torch.utils.tensorboard.summary import hparams
+
+    flat: dict[str, Any] = {"task": task}
+    for section in ("model", "train", "eval"):
+        for key, value in getattr(config, section).__dict__.items():
+            flat[f"{section}.{key}"] = (
+                value if isinstance(value, int | float | str | bool) else str(value)
+            )
+    experiment, session_start, session_end = hparams(
+        flat, {"eval/final_normalized_return": float("nan")}
+    )
+    for summary in (experiment, session_start, session_end):
+        writer.file_writer.add_summary(summary)

@@ -19,7 +19,6 @@ sweep, return_curve_<task>.png.
 from __future__ import annotations
 
 import csv
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +26,19 @@ from typing import Any
 
 import numpy as np
 
-from primal_dt.conditioning import curve_points, read_curve
-from primal_dt.data import ReferenceScores
-from primal_dt.errors import PrimalDTError
-from primal_dt.results import EvalRecord, read_results
-from primal_dt.run import RunDir, find_runs, read_run_config, read_snapshot
+from primal_dt.common.errors import PrimalDTError
+from primal_dt.data.episodes import ReferenceScores
+from primal_dt.evaluation.conditioning import curve_points, read_curve
+from primal_dt.store.dashboards import copy_run, read_scalars, write_layout
+from primal_dt.store.results import EvalRecord, read_results
+from primal_dt.store.rundir import (
+    RunDir,
+    find_runs,
+    read_run_config,
+    read_snapshot,
+    run_dir_name,
+    safe_name,
+)
 
 
 class ReportError(PrimalDTError):
@@ -39,7 +46,7 @@ class ReportError(PrimalDTError):
 
 
 @dataclass
-class RunResult:
+class RunSummary:
     """What the report needs from one run directory."""
 
     path: Path
@@ -62,14 +69,14 @@ class RunResult:
 
     @property
     def name(self) -> str:
-        return f"{self.task}/{self.config}-s{self.seed}"
+        return str(run_dir_name(self.task, self.config, self.seed))
 
 
-def read_run(path: Path, spectra: bool = True) -> RunResult:
-    """One run directory; whatever is missing or broken becomes a note."""
+def read_run(path: Path, spectra: bool = True) -> RunSummary:
+    """The summary of one run directory; whatever is missing or broken becomes a note."""
     run_dir = RunDir(path)
     started = read_run_config(run_dir)
-    run = RunResult(
+    summary = RunSummary(
         path=path,
         task=started.task,
         config=started.config_name,
@@ -81,57 +88,50 @@ def read_run(path: Path, spectra: bool = True) -> RunResult:
     good = [r for r in records if r.error is None]
     for record in records:
         if record.error is not None:
-            run.notes.append(f"evaluation at step {record.step} failed: {record.error}")
-    run.scores = [(r.step, r.score) for r in good if r.score is not None]
+            summary.notes.append(f"evaluation at step {record.step} failed: {record.error}")
+    summary.scores = [(r.step, r.score) for r in good if r.score is not None]
     finals = [r for r in good if r.final]
     if finals:
-        run.final = finals[-1].score
+        summary.final = finals[-1].score
     else:
-        run.notes.append("no final evaluation")
-    run.best = max((score for _, score in run.scores), default=None)
+        summary.notes.append("no final evaluation")
+    summary.best = max((score for _, score in summary.scores), default=None)
     if good:
-        _describe_task(run, good[-1].reference, good[-1].dataset_ids)
-    run.ksvd = _scalars(path, "train/ksvd_loss")
-    run.curve = read_curve(run_dir)
+        _describe_task(summary, good[-1].reference, good[-1].dataset_ids)
+    ksvd = read_scalars(path).get("train/ksvd_loss", [])
+    summary.ksvd = [(step, value) for step, value, _ in ksvd]
+    summary.curve = read_curve(run_dir)
     if not run_dir.checkpoint.exists():
-        run.notes.append("no checkpoint")
-        return run
+        summary.notes.append("no checkpoint")
+        return summary
     try:
         snapshot = read_snapshot(run_dir.checkpoint)
     except PrimalDTError as err:
-        run.notes.append(str(err))
-        return run
-    run.step = snapshot.step
-    if finals and finals[-1].step != run.step:
-        run.notes.append(f"final evaluation at step {finals[-1].step}, checkpoint at {run.step}")
-    _describe_task(run, snapshot.task.reference, list(snapshot.task.dataset_ids))
+        summary.notes.append(str(err))
+        return summary
+    summary.step = snapshot.step
+    if finals and finals[-1].step != summary.step:
+        summary.notes.append(
+            f"final evaluation at step {finals[-1].step}, checkpoint at {summary.step}"
+        )
+    _describe_task(summary, snapshot.task.reference, list(snapshot.task.dataset_ids))
     if spectra:
-        from primal_dt.spectrum import checkpoint_spectra
+        from primal_dt.evaluation.spectrum import checkpoint_spectra
 
         try:
-            run.spectra = checkpoint_spectra(run_dir, snapshot)
+            summary.spectra = checkpoint_spectra(run_dir, snapshot)
         except (PrimalDTError, OSError, RuntimeError, KeyError) as err:
-            run.notes.append(f"no attention spectrum: {type(err).__name__}: {err}")
-    return run
+            summary.notes.append(f"no attention spectrum: {type(err).__name__}: {err}")
+    return summary
 
 
-def _describe_task(run: RunResult, reference: ReferenceScores | None, ids: list[str]) -> None:
-    run.normalized = reference is not None
-    run.reference = reference.source if reference else None
-    run.dataset_ids = list(ids)
+def _describe_task(summary: RunSummary, reference: ReferenceScores | None, ids: list[str]) -> None:
+    summary.normalized = reference is not None
+    summary.reference = reference.source if reference else None
+    summary.dataset_ids = list(ids)
 
 
-def _scalars(path: Path, tag: str) -> list[tuple[int, float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(path), size_guidance={"scalars": 0})
-    events.Reload()
-    if tag not in events.Tags()["scalars"]:
-        return []
-    return [(e.step, e.value) for e in events.Scalars(tag)]
-
-
-def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> list[RunResult]:
+def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> list[RunSummary]:
     """Every run under runs_dir (folders holding config.json), except those under skip."""
     if not runs_dir.is_dir():
         raise ReportError(
@@ -148,22 +148,22 @@ def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> l
             f"{RunDir(runs_dir).config_file.name}); train some with "
             f"primal-dt sweep --runs-dir {runs_dir} first"
         )
-    runs = []
+    summaries = []
     for folder in folders:
         try:
-            runs.append(read_run(folder, spectra))
+            summaries.append(read_run(folder, spectra))
         except PrimalDTError as err:  # not a primal-dt run after all
             print(f"skipping {folder}: {err}", file=sys.stderr)
-    return runs
+    return summaries
 
 
-def distinct(runs: list[RunResult]) -> tuple[list[RunResult], list[RunResult]]:
+def distinct(summaries: list[RunSummary]) -> tuple[list[RunSummary], list[RunSummary]]:
     """(the runs to count, the duplicates left out): of the runs of one (task, config, seed), the
     one trained furthest (its checkpoint's step, then a final evaluation) is counted, the first by
     path among equals; it gets a note naming the folders of the others."""
-    same: dict[tuple[str, str, int], list[RunResult]] = {}
-    for run in sorted(runs, key=lambda r: r.path):
-        same.setdefault((run.task, run.config, run.seed), []).append(run)
+    same: dict[tuple[str, str, int], list[RunSummary]] = {}
+    for summary in sorted(summaries, key=lambda r: r.path):
+        same.setdefault((summary.task, summary.config, summary.seed), []).append(summary)
     kept, left_out = [], []
     for members in same.values():
         best = max(members, key=lambda r: (r.step or 0, r.final is not None))
@@ -196,12 +196,12 @@ def _unique(values: list[Any]) -> list[Any]:
     return list(dict.fromkeys(values))
 
 
-def group(runs: list[RunResult]) -> list[Row]:
+def group(summaries: list[RunSummary]) -> list[Row]:
     """A row per (task, config) in task then config order, then an average row per config: the mean
     over tasks of each task's mean over seeds (the paper's "average")."""
-    groups: dict[tuple[str, str], list[RunResult]] = {}
-    for run in sorted(runs, key=lambda r: (r.task, r.config, r.seed)):
-        groups.setdefault((run.task, run.config), []).append(run)
+    groups: dict[tuple[str, str], list[RunSummary]] = {}
+    for summary in sorted(summaries, key=lambda r: (r.task, r.config, r.seed)):
+        groups.setdefault((summary.task, summary.config), []).append(summary)
     rows = []
     for (task, config), members in groups.items():
         rows.append(
@@ -300,22 +300,18 @@ def write_csv(rows: list[Row], path: Path) -> Path:
     return path
 
 
-def _safe(task: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", task)
-
-
-def spectrum_table(runs: list[RunResult]) -> str:
+def spectrum_table(summaries: list[RunSummary]) -> str:
     """Per task, config and block: how many singular values hold 90% of their sum."""
-    from primal_dt.spectrum import rank_at
+    from primal_dt.evaluation.spectrum import rank_at
 
     groups: dict[tuple[str, str, int], list[int]] = {}
     kinds: dict[tuple[str, str, int], str] = {}
     sizes: dict[tuple[str, str, int], int] = {}
-    for run in sorted(runs, key=lambda r: (r.task, r.config, r.seed)):
-        for block, curve in enumerate(run.spectra or []):
-            key = (run.task, run.config, block)
+    for summary in sorted(summaries, key=lambda r: (r.task, r.config, r.seed)):
+        for block, curve in enumerate(summary.spectra or []):
+            key = (summary.task, summary.config, block)
             groups.setdefault(key, []).append(rank_at(curve))
-            kinds[key] = "Primal" if block in run.primal_blocks else "softmax"
+            kinds[key] = "Primal" if block in summary.primal_blocks else "softmax"
             sizes[key] = len(curve)
     lines = [
         "| task | config | block | attention | singular values for 90% (mean ± std) | of |",
@@ -330,20 +326,20 @@ def spectrum_table(runs: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
-def figures(runs: list[RunResult], out: Path) -> list[Path]:
+def figures(summaries: list[RunSummary], out: Path) -> list[Path]:
     """curves_<task>.png, return_curve_<task>.png (where runs have a target sweep) and
     spectrum_<task>.png for every task."""
-    from primal_dt.plots import conditioning_figure, curves_figure, save, spectra_figure
+    from primal_dt.evaluation.plots import conditioning_figure, curves_figure, save, spectra_figure
 
     written = []
-    for task in _unique(sorted(r.task for r in runs)):
-        mine = sorted((r for r in runs if r.task == task), key=lambda r: (r.config, r.seed))
+    for task in _unique(sorted(r.task for r in summaries)):
+        mine = sorted((r for r in summaries if r.task == task), key=lambda r: (r.config, r.seed))
         configs = _unique([r.config for r in mine])
         scores = {c: [r.scores for r in mine if r.config == c] for c in configs}
         ksvd = {c: [r.ksvd for r in mine if r.config == c and r.primal_blocks] for c in configs}
         label = "normalised score" if all(r.normalized for r in mine) else "score (return)"
         figure = curves_figure(task, scores, ksvd, label)
-        written.append(save(figure, out / f"curves_{_safe(task)}.png"))
+        written.append(save(figure, out / f"curves_{safe_name(task)}.png"))
         with_curves = [r for r in mine if r.curve is not None]
         if with_curves:
             panels = {c: [curve_points(r.curve) for r in with_curves if r.config == c]
@@ -351,7 +347,7 @@ def figures(runs: list[RunResult], out: Path) -> list[Path]:
             reference = with_curves[0].curve.reference
             title = f"{task}: achieved against target return"
             figure = conditioning_figure(panels, title, reference)
-            written.append(save(figure, out / f"return_curve_{_safe(task)}.png"))
+            written.append(save(figure, out / f"return_curve_{safe_name(task)}.png"))
         with_spectra = [r for r in mine if r.spectra]
         if not with_spectra:
             continue
@@ -359,30 +355,26 @@ def figures(runs: list[RunResult], out: Path) -> list[Path]:
         for block in range(max(len(r.spectra) for r in with_spectra)):
             curves = {}
             for config in configs:
-                runs_here = [
-                    r for r in with_spectra if r.config == config and block < len(r.spectra)
-                ]
-                if runs_here:
-                    kind = "Primal" if block in runs_here[0].primal_blocks else "softmax"
-                    curves[f"{config} ({kind})"] = [r.spectra[block] for r in runs_here]
+                here = [r for r in with_spectra if r.config == config and block < len(r.spectra)]
+                if here:
+                    kind = "Primal" if block in here[0].primal_blocks else "softmax"
+                    curves[f"{config} ({kind})"] = [r.spectra[block] for r in here]
             blocks.append((f"block {block}", curves))
-        written.append(save(spectra_figure(task, blocks), out / f"spectrum_{_safe(task)}.png"))
+        written.append(save(spectra_figure(task, blocks), out / f"spectrum_{safe_name(task)}.png"))
     return written
 
 
 def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Path]]:
     """Write the report's files into out (default RUNS_DIR/report); returns report.md's text and
     the paths written. Also refreshes RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
-    from primal_dt.dashboards import copy_run, write_layout
-
     out = out or runs_dir / "report"
     found = collect(runs_dir, skip=out)
-    runs, left_out = distinct(found)
+    counted_once, left_out = distinct(found)
     out.mkdir(parents=True, exist_ok=True)
-    rows = group(runs)
-    written = [write_csv(rows, out / "report.csv"), *figures(runs, out)]
-    notes = [f"- {run.name} ({run.path}): {note}" for run in runs for note in run.notes]
-    counted = f"{len(runs)} runs"
+    rows = group(counted_once)
+    written = [write_csv(rows, out / "report.csv"), *figures(counted_once, out)]
+    notes = [f"- {r.name} ({r.path}): {note}" for r in counted_once for note in r.notes]
+    counted = f"{len(counted_once)} runs"
     if left_out:
         counted += f" ({len(left_out)} duplicate{'s' * (len(left_out) > 1)} left out, see Notes)"
     images = [f"![{p.stem}]({p.name})" for p in written if p.suffix == ".png"]
@@ -397,16 +389,16 @@ def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Pat
             markdown_table(rows),
             "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
             "attention output on fixed windows of the task's dataset (the same windows for every "
-            "run of a task; see primal_dt/spectrum.py), from each run's last checkpoint: the "
+            "run of a task; see primal_dt/evaluation/spectrum.py), from each run's last checkpoint: the "
             "fewer singular values hold 90% of the sum, the lower the rank.",
-            spectrum_table(runs),
+            spectrum_table(counted_once),
             "## Figures\n\n" + "\n".join(images),
             "## Notes\n\n" + ("\n".join(notes) or "none"),
         ]
     )
     (out / "report.md").write_text(text + "\n")
     written.insert(0, out / "report.md")
-    write_layout(runs_dir, [run.task for run in found])
-    for run in found:
-        copy_run(run.path, run.task)
+    write_layout(runs_dir, [summary.task for summary in found])
+    for summary in found:
+        copy_run(summary.path, summary.task)
     return markdown_table(rows), written

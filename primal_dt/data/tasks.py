@@ -1,10 +1,10 @@
 """Task names -> environment, Minari dataset ids, target returns and reference scores (from envs/).
 
-A task is `<env>-<quality>`: env is a file in envs/ (halfcheetah, hopper, walker2d, ant), quality is
-simple, medium, expert, medium-expert (medium and expert combined, as in D4RL), or any quality made
-locally with `primal-dt datasets make` (medium-replay, for one, exists only that way) or bundled
-with primal-dt (`hopper-bundled`). Any other Minari dataset can be trained on by its id instead
-(`--dataset`).
+A task is `<env>-<quality>`: env is a file in envs/ (halfcheetah, hopper, walker2d, ant, swimmer,
+humanoid), quality is simple (all but swimmer), medium, expert, medium-expert (medium and expert
+combined, as in D4RL), or any quality made locally with `primal-dt datasets make` (medium-replay,
+for one, exists only that way) or bundled with primal-dt (`hopper-bundled`). Any other Minari
+dataset can be trained on by its id instead (`--dataset`).
 
 A quality resolves to: the official dataset if it is in the Minari root, else primal-dt's own
 `primal-dt/<env>/<quality>-v0` (made locally, then bundled), else the official id, to be downloaded.
@@ -24,9 +24,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from primal_dt.errors import TaskError, did_you_mean
-from primal_dt.resources import resource_dir
-from primal_dt.sources import find_dataset, is_local_id, local_id, local_qualities
+from primal_dt.common.errors import TaskError, did_you_mean
+from primal_dt.common.resources import resource_dir
+from primal_dt.data.sources import find_dataset, is_local_id, local_id, local_qualities
 
 COMBINED_QUALITIES = {"medium-expert": ("medium", "expert")}
 # Qualities D4RL has but Minari does not host for v5: valid once made with `primal-dt datasets make`.
@@ -45,14 +45,6 @@ class EnvInfo:
     ref_random: float
     ref_expert: float
     ref_source: str
-
-    @property
-    def qualities(self) -> list[str]:
-        """The official qualities and their combinations; available_qualities() adds local ones."""
-        combined = [
-            q for q, parts in COMBINED_QUALITIES.items() if set(parts) <= set(self.datasets)
-        ]
-        return [*self.datasets, *combined]
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,14 @@ and the action a_t is read from the hidden state of the s_t token through a tanh
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor, nn
 
-from primal_dt.attention import CausalSelfAttention, PrimalAttention
-from primal_dt.config import ModelConfig
+from primal_dt.common.config import ModelConfig
+from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
 
 
 class Block(nn.Module):
@@ -132,3 +135,14 @@ def _init_weights(module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
         nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """The model in eval mode (no dropout) inside the block, then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

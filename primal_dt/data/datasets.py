@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from primal_dt.data import download_dataset, open_dataset, reference_scores
-from primal_dt.errors import DatasetError, TaskError
-from primal_dt.recording import (
+from primal_dt.common.errors import DatasetError, TaskError
+from primal_dt.data.episodes import download_dataset, open_dataset, reference_scores
+from primal_dt.data.recording import (
     mean_return,
     policy_record,
     random_policy,
@@ -38,7 +38,7 @@ from primal_dt.recording import (
     versions,
     write_dataset,
 )
-from primal_dt.sources import (
+from primal_dt.data.sources import (
     BUNDLED_ROOT,
     find_dataset,
     is_local_id,
@@ -47,7 +47,7 @@ from primal_dt.sources import (
     minari_root_at,
     origin,
 )
-from primal_dt.tasks import (
+from primal_dt.data.tasks import (
     EnvInfo,
     available_qualities,
     env_for_gym_id,
@@ -343,7 +343,7 @@ def _record(options: MakeOptions, env: EnvInfo, dataset_id: str, log: Log, progr
 
 def _medium_replay(options: MakeOptions, env: EnvInfo, dataset_id: str, log: Log):
     try:
-        from primal_dt.replay import train_sac_replay
+        from primal_dt.data.replay import train_sac_replay
     except ImportError:
         raise DatasetError(
             "--recipe medium-replay trains SAC and needs pip install 'primal-dt[record]'"
@@ -353,16 +353,16 @@ def _medium_replay(options: MakeOptions, env: EnvInfo, dataset_id: str, log: Log
         target = round(env.ref_expert / 3, 1)
     log(f"training SAC on {env.gym_id} until its evaluation return reaches {target} "
         f"or {options.max_steps} steps")  # fmt: skip
-    run = train_sac_replay(
+    sac_training = train_sac_replay(
         env.gym_id, target, options.max_steps, seed=options.seed, eval_every=options.eval_every,
         eval_episodes=options.eval_episodes, learning_starts=options.learning_starts, log=log,
     )  # fmt: skip
     root = Path(options.root or minari_root())
     policy_out = Path(options.policy_out or root / f"{dataset_id}-medium-policy.zip")
     policy_out.parent.mkdir(parents=True, exist_ok=True)
-    run.model.save(policy_out)
-    log(f"{'reached' if run.reached else 'did not reach'} {target} after {run.steps} steps; "
-        f"policy saved to {policy_out}")  # fmt: skip
+    sac_training.model.save(policy_out)
+    outcome = "reached" if sac_training.reached else "did not reach"
+    log(f"{outcome} {target} after {sac_training.steps} steps; policy saved to {policy_out}")
     training = {
         "algorithm": "SAC (stable-baselines3 defaults, MlpPolicy)",
         "target_return": target,
@@ -371,13 +371,13 @@ def _medium_replay(options: MakeOptions, env: EnvInfo, dataset_id: str, log: Log
         "eval_every": options.eval_every,
         "eval_episodes": options.eval_episodes,
         "eval_deterministic": True,
-        "steps": run.steps,
-        "reached": run.reached,
-        "eval_history": [[step, value] for step, value in run.history],
+        "steps": sac_training.steps,
+        "reached": sac_training.reached,
+        "eval_history": [[step, value] for step, value in sac_training.history],
         "medium_policy": {"file": str(policy_out), "sha256": sha256(policy_out)},
     }
-    about = f"every transition of SAC training until return {target} ({run.steps} steps)"
-    return run.episodes, "SAC (training replay)", about, {"training": training}
+    about = f"every transition of SAC training until return {target} ({sac_training.steps} steps)"
+    return sac_training.episodes, "SAC (training replay)", about, {"training": training}
 
 
 def _medium_expert(options: MakeOptions, env: EnvInfo):

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from primal_dt.data import ReferenceScores
-from primal_dt.run import RunDir, atomic_write
+from primal_dt.data.episodes import ReferenceScores
+from primal_dt.store.rundir import RunDir, atomic_write
 
 
 @dataclass

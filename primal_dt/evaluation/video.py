@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from primal_dt.errors import PrimalDTError, first_line
+from primal_dt.common.errors import PrimalDTError, first_line
 
 # The system packages (Debian/Ubuntu) each CPU-capable offscreen back-end of MuJoCo needs.
 BACK_END_PACKAGES = {
@@ -81,7 +82,17 @@ def headless_rendering() -> Iterator[None]:
 
 
 def video_name(step: int, target: float, seed: int, episode_return: float) -> str:
+    """An episode's MP4 file name: step, target, episode seed and return (video_target_and_seed
+    reads it back)."""
     return f"step_{step:08d}_target_{target:g}_seed_{seed}_return_{episode_return:.1f}.mp4"
+
+
+def video_target_and_seed(name: str) -> tuple[str, str]:
+    """The target and seed a video_name holds, as written."""
+    match = re.fullmatch(r"step_\d+_target_(.+)_seed_(\d+)_return_.+\.mp4", name)
+    if match is None:
+        raise ValueError(f"{name} is not a primal-dt video name")
+    return match[1], match[2]
 
 
 @contextmanager

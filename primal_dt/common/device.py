@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import torch
 
-from primal_dt.errors import ConfigError
+from primal_dt.common.errors import ConfigError
 
 
 def resolve_device(name: str, setting: str) -> torch.device:

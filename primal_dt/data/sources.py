@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 LOCAL_NAMESPACE = "primal-dt"
-BUNDLED_ROOT = Path(__file__).resolve().parent / "bundled"
+BUNDLED_ROOT = Path(__file__).resolve().parents[1] / "bundled"  # primal_dt/bundled
 
 
 def minari_root() -> str:
@@ -56,7 +56,7 @@ def origin(dataset_id: str) -> str:
     return "not on this machine"
 
 
-def describe(dataset_ids: tuple[str, ...] | list[str]) -> str:
+def describe_sources(dataset_ids: tuple[str, ...] | list[str]) -> str:
     """`primal-dt/hopper/bundled-v0 (bundled with primal-dt)`, joined with + for combined tasks."""
     return " + ".join(f"{dataset_id} ({origin(dataset_id)})" for dataset_id in dataset_ids)
 

@@ -23,7 +23,7 @@ from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from primal_dt.tasks import make_env
+from primal_dt.data.tasks import make_env
 
 
 class EpisodeRecorder(gym.Wrapper):
@@ -99,8 +99,8 @@ class _EvaluateAndStop(BaseCallback):
 
 
 @dataclass
-class ReplayRun:
-    """What a medium-replay run saw and reached."""
+class SacTraining:
+    """What SAC saw while training (every episode), and the return it reached."""
 
     episodes: list[EpisodeBuffer]
     model: SAC
@@ -119,7 +119,7 @@ def train_sac_replay(
     learning_starts: int = 10000,
     device: str = "auto",
     log: Callable[[str], None] = lambda message: None,
-) -> ReplayRun:
+) -> SacTraining:
     """Train SAC (Stable-Baselines3 defaults) in env_id, recording every transition it makes."""
     recorder = EpisodeRecorder(make_env(env_id))
     eval_env = DummyVecEnv([lambda: Monitor(make_env(env_id))])
@@ -134,4 +134,4 @@ def train_sac_replay(
         recorder.close()
         eval_env.close()
     reached = bool(callback.history) and callback.history[-1][1] >= target_return
-    return ReplayRun(recorder.episodes, model, model.num_timesteps, reached, callback.history)
+    return SacTraining(recorder.episodes, model, model.num_timesteps, reached, callback.history)

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from primal_dt.errors import DatasetError
-from primal_dt.sources import find_dataset, minari_root
-from primal_dt.tasks import EnvInfo, Task, env_for_gym_id, quiet_mujoco_warnings
+from primal_dt.common.errors import DatasetError
+from primal_dt.data.sources import find_dataset, minari_root
+from primal_dt.data.tasks import EnvInfo, Task, env_for_gym_id, quiet_mujoco_warnings
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,6 @@ class TaskData:
     @property
     def act_dim(self) -> int:
         return self.episodes[0].actions.shape[1]
-
-    @property
-    def num_steps(self) -> int:
-        return sum(len(ep.rewards) for ep in self.episodes)
 
     @property
     def best_return(self) -> float:

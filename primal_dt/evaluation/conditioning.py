@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from primal_dt.errors import ConfigError
-from primal_dt.results import EvalRecord
-from primal_dt.run import RunDir, atomic_write
+from primal_dt.common.errors import ConfigError
+from primal_dt.store.results import EvalRecord
+from primal_dt.store.rundir import RunDir, atomic_write
 
 
-def target_sweep(text: str) -> list[float]:
+def targets_between(text: str) -> list[float]:
     """'LOW:HIGH:N' -> N evenly spaced targets from LOW to HIGH (N >= 2)."""
     usage = "--target-sweep takes LOW:HIGH:N with finite LOW < HIGH and N >= 2 (e.g. 0:4000:9)"
     try:
@@ -51,7 +51,7 @@ def curve_points(record: EvalRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 def write_curve(run: RunDir, record: EvalRecord) -> Path:
     """Keep a target sweep's record and its figure in the run directory; returns the PNG."""
-    from primal_dt.plots import conditioning_figure, save
+    from primal_dt.evaluation.plots import conditioning_figure, save
 
     data, picture = run.return_curve(record.step)
     text = json.dumps(record.to_dict(), indent=1)

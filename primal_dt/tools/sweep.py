@@ -1,20 +1,26 @@
-"""`primal-dt sweep`: a grid of tasks x configs x seeds, trained as ordinary run directories
-RUNS_DIR/<task>/<config>-s<seed>, each by its own `primal-dt train` subprocess.
+"""`primal-dt sweep`: a grid of tasks x configs x seeds, each cell trained into the ordinary run
+directory RUNS_DIR/<task>/<config>-s<seed> by its own `primal-dt train` subprocess.
 
-Up to --parallel runs train at once (the models are small, so several share one GPU); on a CPU
-each gets cores // parallel threads. A sweep started again skips finished runs, resumes
-interrupted ones from their checkpoint, and only evaluates runs whose training ended but whose
-final evaluation did not. Every run is an ordinary `primal-dt train` command line: a start (--env, --config, --run-dir and
-the run's settings as --set overrides, from the same mapping the command line uses) or a
-`--resume`, which also finishes a run that only lacks its final evaluation. With --ray ADDRESS the
-same commands are Ray tasks on an existing cluster, each asking for a fraction of a GPU when the
-runs train on CUDA and for none when they train on CPUs; RUNS_DIR must then be a folder every node
-sees. Everything is checked (the grid, the runs found, the cluster's GPUs) before anything is
-written into RUNS_DIR.
+Planning checks everything before anything is written into RUNS_DIR: the tasks, configs and --set
+keys, each cell's directory (a checkpoint of another experiment there is refused, naming the
+setting that differs) and, with --ray, the cluster's GPUs. Each cell gets an action from what its
+directory holds: start (no checkpoint; what a failed start left is removed first), resume (a
+checkpoint short of its steps), evaluate (at its steps, without its final evaluation) or finished
+(skipped), so a sweep started again carries on where it stopped. A start is `primal-dt train --env
+--config --run-dir` with the cell's settings as --set overrides (option_overrides, the mapping the
+command line uses); resume and evaluate are `primal-dt train --resume RUN_DIR --steps N`.
 
-A run is finished when its ckpt.pt is at the configured steps and eval.jsonl has its final
-evaluation (or eval.final_episodes is 0). Each run writes its output to RUN_DIR/train.log; a failing
-run is reported with the last line of its log and the sweep exits non-zero once the others end.
+Here, up to --parallel runs train at once (the models are small, so several share one GPU), each
+with usable cores // --parallel threads (at least one). With --ray ADDRESS every run is a Ray task
+on that cluster asking for --cpus-per-run CPUs (and as many threads) and --gpus-per-run GPUs, by
+default GPUS_PER_CUDA_RUN when the runs train on CUDA and none when they train on CPUs; RUNS_DIR
+must then be a folder every node sees. One sweep at a time holds a runs directory's lock.
+
+Each run writes its output to RUN_DIR/train.log. A run is finished when its ckpt.pt is at its
+steps and eval.jsonl has its final evaluation (or eval.final_episodes is 0); its curves are then
+copied for RUNS_DIR's TensorBoard dashboards (store/dashboards.py). A failing run is reported with
+the last line of its log, and the sweep exits non-zero once the others end. SIGINT or SIGTERM stops
+every run with a checkpoint saved; the same command then resumes them.
 """
 
 from __future__ import annotations
@@ -28,16 +34,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from primal_dt.config import Config, load_config, named_config_path, option_overrides
-from primal_dt.cpu import usable_cores
-from primal_dt.errors import PrimalDTError, first_line
-from primal_dt.results import final_missing, read_results
-from primal_dt.run import RunDir, find_runs, lock_file, read_snapshot
-from primal_dt.tasks import resolve_task
+from primal_dt.common.config import Config, load_config, named_config_path, option_overrides
+from primal_dt.common.cpu import usable_cores
+from primal_dt.common.errors import PrimalDTError, first_line
+from primal_dt.data.tasks import resolve_task
+from primal_dt.store.results import final_missing, read_results
+from primal_dt.store.rundir import RunDir, find_runs, lock_file, read_snapshot, run_dir_name
 
 # Settings that change how a run is executed, not what it computes: a sweep may differ in these
 # from the runs it finds (e.g. resumed on another device, or asked to go to more steps).
@@ -116,8 +122,8 @@ def parse_list(text: str, option: str, kind: Callable[[str], Any] = str) -> list
     return items
 
 
-@dataclass
-class Run:
+@dataclass(frozen=True)
+class GridCell:
     """One cell of the grid and what the sweep has to do with it."""
 
     task: str
@@ -133,7 +139,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return f"{self.task}/{self.config}-s{self.seed}"
+        return str(run_dir_name(self.task, self.config, self.seed))
 
 
 def _difference(saved: Config, wanted: Config) -> str | None:
@@ -151,33 +157,32 @@ def _difference(saved: Config, wanted: Config) -> str | None:
     return None
 
 
-def inspect(run: Run, config: Config | None = None) -> Run:
-    """Decide the run's action from what its directory holds; with config, also check that the
-    run found there is the experiment the sweep asks for."""
-    if not run.run_dir.checkpoint.exists():
-        run.action = "start"
-        return run
-    snapshot = read_snapshot(run.run_dir.checkpoint)
+def with_action(cell: GridCell, config: Config | None = None) -> GridCell:
+    """The cell with its action decided from what its directory holds (a new object; cell is left
+    as it was); with config, also check that the run found there is the experiment the sweep asks
+    for."""
+    if not cell.run_dir.checkpoint.exists():
+        return replace(cell, action="start")
+    snapshot = read_snapshot(cell.run_dir.checkpoint)
     if config is not None:
         differs = _difference(snapshot.config, config)
         if differs is not None:
             raise SweepError(
-                f"{run.run_dir} holds a run with {differs}; remove that directory or use another "
+                f"{cell.run_dir} holds a run with {differs}; remove that directory or use another "
                 f"--runs-dir"
             )
-    run.from_step = snapshot.step
-    run.device = snapshot.config.train.device
-    if run.from_step < run.steps:
-        run.action = "resume"
-    elif not final_missing(run.run_dir, run.from_step, snapshot.config.eval.final_episodes):
-        run.action = "finished"
+    if snapshot.step < cell.steps:
+        action = "resume"
+    elif not final_missing(cell.run_dir, snapshot.step, snapshot.config.eval.final_episodes):
+        action = "finished"
     else:
-        run.action = "evaluate"
-    return run
+        action = "evaluate"
+    device = snapshot.config.train.device
+    return replace(cell, action=action, from_step=snapshot.step, device=device)
 
 
-def plan(options: SweepOptions) -> list[Run]:
-    """Every run of the grid, seed by seed (so a partial sweep covers every task), checked now:
+def plan(options: SweepOptions) -> list[GridCell]:
+    """Every cell of the grid, seed by seed (so a partial sweep covers every task), checked now:
     unknown tasks, configs and --set keys fail before anything starts."""
     for task in options.tasks:
         resolve_task(task)
@@ -188,7 +193,7 @@ def plan(options: SweepOptions) -> list[Run]:
             raise SweepError(f"--configs: two configs are named {path.stem!r}; rename one file")
         arg = str(path.resolve()) if Path(given).suffix == ".toml" else given
         configs[path.stem] = (path, arg)
-    runs = []
+    cells = []
     for seed in options.seeds:
         for task in options.tasks:
             for name, (path, arg) in configs.items():
@@ -196,21 +201,22 @@ def plan(options: SweepOptions) -> list[Run]:
                     steps=options.steps, seed=seed, device=options.device, offline=options.offline
                 )]  # fmt: skip
                 config = load_config(path, overrides, task)
-                run_dir = RunDir(options.runs_dir.resolve() / task / f"{name}-s{seed}")
-                run = Run(task, name, arg, seed, run_dir, config.train.steps, overrides)
-                run.device = config.train.device
-                runs.append(inspect(run, config))
-    return runs
+                run_dir = RunDir(options.runs_dir.resolve() / run_dir_name(task, name, seed))
+                steps, device = config.train.steps, config.train.device
+                cell = GridCell(task, name, arg, seed, run_dir, steps, overrides, device)
+                cells.append(with_action(cell, config))
+    return cells
 
 
-def command(run: Run, options: SweepOptions) -> list[str]:
-    """The `primal-dt train` command line that does the run's action."""
+def command(cell: GridCell, options: SweepOptions) -> list[str]:
+    """The `primal-dt train` command line that does the cell's action: the one place a cell
+    becomes train's arguments (tests/test_sweep.py parses them back with the CLI's parser)."""
     train = [sys.executable, "-m", "primal_dt.cli", "train", "--no-progress"]
-    if run.action in ("resume", "evaluate"):
+    if cell.action in ("resume", "evaluate"):
         offline = ["--offline"] if options.offline else []
-        return [*train, "--resume", str(run.run_dir), "--steps", str(run.steps), *offline]
-    train += ["--env", run.task, "--config", run.config_arg, "--run-dir", str(run.run_dir)]
-    for setting in run.overrides:
+        return [*train, "--resume", str(cell.run_dir), "--steps", str(cell.steps), *offline]
+    train += ["--env", cell.task, "--config", cell.config_arg, "--run-dir", str(cell.run_dir)]
+    for setting in cell.overrides:
         train += ["--set", setting]
     return train
 
@@ -218,6 +224,13 @@ def command(run: Run, options: SweepOptions) -> list[str]:
 def thread_env(threads: int) -> dict[str, str]:
     """Environment variables that give a run's torch (and its BLAS) this many threads."""
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def local_thread_env(parallel: int, cores: int | None = None) -> dict[str, str]:
+    """thread_env for each of `parallel` runs sharing this machine's cores (default: the usable
+    ones): an equal share, at least one thread."""
+    cores = usable_cores() if cores is None else cores
+    return thread_env(max(1, cores // parallel))
 
 
 def last_line(path: Path) -> str:
@@ -239,63 +252,59 @@ def final_summary(run_dir: RunDir) -> str:
 
 
 class Sweep:
-    """Runs the planned grid and reports on each run as it starts and ends."""
+    """Trains the planned grid and reports on each run as it starts and ends."""
 
-    def __init__(self, options: SweepOptions, runs: list[Run], out: Callable[[str], None]):
+    def __init__(
+        self, options: SweepOptions, cells: list[GridCell], out: Callable[[str], None]
+    ) -> None:
         self.options = options
-        self.todo = [run for run in runs if run.action != "finished"]
+        self.todo = [cell for cell in cells if cell.action != "finished"]
         self.out = out
-        self.failed: list[tuple[Run, str]] = []
+        self.failed: list[tuple[GridCell, str]] = []
         self.started: dict[str, float] = {}
 
-    def prepare(self, run: Run) -> Path:
+    def prepare(self, cell: GridCell) -> Path:
         """A run started afresh gets a clean directory (what a failed start left is removed)."""
-        if run.action == "start" and run.run_dir.path.exists():
-            shutil.rmtree(run.run_dir.path)
-        run.run_dir.path.mkdir(parents=True, exist_ok=True)
-        return run.run_dir.log
+        if cell.action == "start" and cell.run_dir.path.exists():
+            shutil.rmtree(cell.run_dir.path)
+        cell.run_dir.path.mkdir(parents=True, exist_ok=True)
+        return cell.run_dir.log
 
-    def begin(self, run: Run) -> None:
-        self.started[run.name] = time.monotonic()
-        what = {"start": "start", "resume": f"resume from step {run.from_step}",
-                "evaluate": "final evaluation"}[run.action]  # fmt: skip
-        self.out(f"[{len(self.started)}/{len(self.todo)}] {run.name}: {what}")
+    def begin(self, cell: GridCell) -> None:
+        self.started[cell.name] = time.monotonic()
+        what = {"start": "start", "resume": f"resume from step {cell.from_step}",
+                "evaluate": "final evaluation"}[cell.action]  # fmt: skip
+        self.out(f"[{len(self.started)}/{len(self.todo)}] {cell.name}: {what}")
 
-    def end(self, run: Run, returncode: int | None, reason: str | None = None) -> None:
-        from primal_dt.dashboards import copy_run
+    def end(self, cell: GridCell, returncode: int | None, reason: str | None = None) -> None:
+        from primal_dt.store.dashboards import copy_run
 
-        seconds = time.monotonic() - self.started[run.name]
-        done = returncode == 0 and inspect(run).action == "finished"
+        seconds = time.monotonic() - self.started[cell.name]
+        done = returncode == 0 and with_action(cell).action == "finished"
         if done:
-            copy_run(run.run_dir.path, run.task)
-            self.out(f"done {run.name} in {seconds:.0f} s: {final_summary(run.run_dir)}")
+            copy_run(cell.run_dir.path, cell.task)
+            self.out(f"done {cell.name} in {seconds:.0f} s: {final_summary(cell.run_dir)}")
             return
         if reason is None:
-            reason = last_line(run.run_dir.log)
+            reason = last_line(cell.run_dir.log)
             if returncode == 0:
                 reason = "ended without finishing its steps and final evaluation"
         code = "" if returncode is None else f" (exit {returncode})"
-        self.failed.append((run, reason))
-        self.out(f"FAILED {run.name}{code}: {reason} (log: {run.run_dir.log})")
+        self.failed.append((cell, reason))
+        self.out(f"FAILED {cell.name}{code}: {reason} (log: {cell.run_dir.log})")
 
-    def run_local(self) -> None:
+    def launch_here(self) -> None:
         """Up to --parallel subprocesses at once; SIGINT/SIGTERM stop them with a checkpoint."""
-        threads = max(1, usable_cores() // self.options.parallel)
-        env = {**os.environ, **thread_env(threads)}
-        pending, running = list(self.todo), {}
+        env = local_thread_env(self.options.parallel)
+        pending = list(self.todo)
+        running: dict[subprocess.Popen[bytes], GridCell] = {}
         try:
             while pending or running:
                 while pending and len(running) < self.options.parallel:
-                    run = pending.pop(0)
-                    log = self.prepare(run)
-                    self.begin(run)
-                    with log.open("ab") as file:
-                        # Its own session: a Ctrl-C reaches the runs once, forwarded by the sweep.
-                        process = subprocess.Popen(
-                            command(run, self.options), stdin=subprocess.DEVNULL, stdout=file,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                        )  # fmt: skip
-                    running[process] = run
+                    cell = pending.pop(0)
+                    log = self.prepare(cell)
+                    self.begin(cell)
+                    running[start_logged(command(cell, self.options), log, env)] = cell
                 for process in [p for p in running if p.poll() is not None]:
                     self.end(running.pop(process), process.returncode)
                 time.sleep(0.2)
@@ -306,25 +315,26 @@ class Sweep:
                 f"same command again to resume"
             ) from None
 
-    def run_ray(self, ray: Any, gpus: float) -> None:
+    def launch_on_ray(self, ray: Any, gpus: float) -> None:
         """Every run a Ray task asking for `gpus` GPUs and --cpus-per-run CPUs (connected by
         ray_cluster, checked by ray_gpus)."""
         options = self.options
-        task = ray.remote(num_gpus=gpus, num_cpus=options.cpus_per_run)(run_logged)
+        task = ray.remote(num_gpus=gpus, num_cpus=options.cpus_per_run)(logged_command)
         env = thread_env(options.cpus_per_run)
-        refs: dict[Any, Run] = {}
+        refs: dict[Any, GridCell] = {}
         try:
-            for run in self.todo:
-                log = self.prepare(run)
-                self.begin(run)
-                refs[task.remote(command(run, options), str(log), env)] = run
+            for cell in self.todo:
+                log = self.prepare(cell)
+                self.begin(cell)
+                refs[task.remote(command(cell, options), str(log), env)] = cell
             while refs:
                 (ready,), _ = ray.wait(list(refs), num_returns=1)
-                run = refs.pop(ready)
+                cell = refs.pop(ready)
                 try:
-                    self.end(run, ray.get(ready))
+                    self.end(cell, ray.get(ready))
                 except ray.exceptions.RayError as err:
-                    self.end(run, None, f"Ray task failed: {first_line(err) or type(err).__name__}")
+                    reason = f"Ray task failed: {first_line(err) or type(err).__name__}"
+                    self.end(cell, None, reason)
         except KeyboardInterrupt:
             for ref in refs:
                 ray.cancel(ref)  # the task forwards the interrupt to its run
@@ -358,17 +368,17 @@ def ray_cluster(address: str | None) -> Iterator[Any]:
             ray.shutdown()
 
 
-def ray_gpus(options: SweepOptions, runs: list[Run], cluster_gpus: float) -> float:
+def ray_gpus(options: SweepOptions, cells: list[GridCell], cluster_gpus: float) -> float:
     """The GPUs each run asks Ray for: --gpus-per-run where given, else GPUS_PER_CUDA_RUN when a
     run trains on CUDA (train.device cuda, or auto on a cluster with GPUs) and 0 when they all
     train on CPUs. A request the cluster cannot satisfy is a SweepError."""
     where = f"the Ray cluster at {options.ray_address}"
-    cuda = [run.device for run in runs if run.device.startswith("cuda")]
+    cuda = [cell.device for cell in cells if cell.device.startswith("cuda")]
     if cuda and not cluster_gpus:
         raise SweepError(
             f"train.device is {cuda[0]} but {where} has no GPUs; use --device cpu or auto"
         )
-    on_cuda = bool(cuda) or (cluster_gpus > 0 and any(run.device == "auto" for run in runs))
+    on_cuda = bool(cuda) or (cluster_gpus > 0 and any(cell.device == "auto" for cell in cells))
     gpus = options.gpus_per_run
     if gpus is None:
         gpus = GPUS_PER_CUDA_RUN if on_cuda else 0.0
@@ -380,14 +390,20 @@ def ray_gpus(options: SweepOptions, runs: list[Run], cluster_gpus: float) -> flo
     return gpus
 
 
-def run_logged(cmd: list[str], log: str, env: dict[str, str]) -> int:
-    """Run cmd with its output appended to log; an interrupt stops it with a checkpoint. (The body
-    of a Ray task: it runs on the worker, with the worker's environment plus env.)"""
+def start_logged(cmd: list[str], log: Path | str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start cmd with its output appended to log and env added to this process's environment. It
+    gets its own session: a Ctrl-C reaches it once, forwarded by the sweep (_stop)."""
     with open(log, "ab") as file:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=file, stderr=subprocess.STDOUT,
             env={**os.environ, **env}, start_new_session=True,
         )  # fmt: skip
+
+
+def logged_command(cmd: list[str], log: str, env: dict[str, str]) -> int:
+    """The body of a Ray task, on the worker: cmd run by start_logged (so with the worker's
+    environment plus env), its exit status returned; an interrupt stops it with a checkpoint."""
+    process = start_logged(cmd, log, env)
     try:
         return process.wait()
     except KeyboardInterrupt:
@@ -413,7 +429,7 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _stop(processes: list[subprocess.Popen]) -> None:
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
     """Ask each run to stop after its current step (one SIGINT: it saves a checkpoint); a second
     Ctrl-C while waiting stops them at once."""
     for process in processes:
@@ -429,15 +445,15 @@ def _stop(processes: list[subprocess.Popen]) -> None:
             process.wait()
 
 
-def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list[Run]:
+def train_grid(options: SweepOptions, out: Callable[[str], None] = print) -> list[GridCell]:
     """Plan the grid and check it (and the Ray cluster's GPUs) before writing anything; then take
-    the runs directory's lock, write the TensorBoard layout and run what is left. Raises
-    SweepFailed if any run failed (after the others ended)."""
-    from primal_dt.dashboards import write_layout
+    the runs directory's lock, write the TensorBoard layout and train what is left. Returns the
+    grid as planned; raises SweepFailed if any run failed (after the others ended)."""
+    from primal_dt.store.dashboards import write_layout
 
     options.validate()
-    runs = plan(options)
-    sweep = Sweep(options, runs, out)
+    cells = plan(options)
+    sweep = Sweep(options, cells, out)
     on_ray = bool(options.ray_address and sweep.todo)
     cluster: AbstractContextManager[Any] = (
         ray_cluster(options.ray_address) if on_ray else nullcontext()
@@ -445,7 +461,8 @@ def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list
     with cluster as ray:  # connected first: the cluster's GPUs are checked before any writing
         gpus = ray_gpus(options, sweep.todo, ray.cluster_resources().get("GPU", 0)) if on_ray else 0
         counts = {
-            a: sum(r.action == a for r in runs) for a in ("finished", "resume", "start", "evaluate")
+            a: sum(c.action == a for c in cells)
+            for a in ("finished", "resume", "start", "evaluate")
         }
         where = f"{options.parallel} at a time"
         if options.ray_address:
@@ -453,7 +470,7 @@ def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list
         if on_ray:
             where += f", {gpus:g} GPUs per run"
         out(
-            f"sweep: {len(runs)} runs in {options.runs_dir} ({len(options.tasks)} tasks x "
+            f"sweep: {len(cells)} runs in {options.runs_dir} ({len(options.tasks)} tasks x "
             f"{len(options.configs)} configs x {len(options.seeds)} seeds): {counts['finished']} "
             f"finished, {counts['resume']} to resume, {counts['start']} to start, "
             f"{counts['evaluate']} to evaluate; {where}"
@@ -464,19 +481,19 @@ def run_sweep(options: SweepOptions, out: Callable[[str], None] = print) -> list
                 log = RunDir(Path("RUN_DIR")).log
                 out(f"each run logs to {log}; watch: tensorboard --logdir {options.runs_dir}")
             if on_ray:
-                sweep.run_ray(ray, gpus)
+                sweep.launch_on_ray(ray, gpus)
             elif sweep.todo:
-                sweep.run_local()
+                sweep.launch_here()
     if sweep.failed:
-        names = ", ".join(run.name for run, _ in sweep.failed)
+        names = ", ".join(cell.name for cell, _ in sweep.failed)
         raise SweepFailed(
-            f"{len(sweep.failed)} of {len(runs)} runs failed ({names}); see the lines above and "
+            f"{len(sweep.failed)} of {len(cells)} runs failed ({names}); see the lines above and "
             f"each run's log; run the same command again to retry them"
         )
     out(
-        f"sweep: all {len(runs)} runs finished; tables and figures: primal-dt report {options.runs_dir}"
+        f"sweep: all {len(cells)} runs finished; tables and figures: primal-dt report {options.runs_dir}"
     )
-    return runs
+    return cells
 
 
 @contextmanager

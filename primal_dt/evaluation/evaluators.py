@@ -1,0 +1,243 @@
+"""What the training loop hands its policies to: one small interface, chosen once per run.
+
+    evaluator.submit(snapshot)   a policy snapshot with its EvalRequest, to be evaluated
+    evaluator.collect(say)       say a line per result recorded since the last call, and the
+                                 evaluator's own notes (a spectrum or video it could not log)
+    evaluator.finish(say)        wait for what was submitted; the final evaluation's record
+
+Every evaluator records into the run directory (eval.jsonl, TensorBoard, best.pt: service.py's
+Evaluator), and collect reads eval.jsonl back, so what is printed is what was recorded. `shown`
+counts the records printed, which checkpoints keep: a resumed run prints those its predecessor
+never did. make_evaluator picks the implementation from eval.service:
+
+- "inline": evaluates each snapshot when it is submitted, in the training process (the simple
+  path, as in CORL's single-file algorithms; training waits for it);
+- "process" (the default): a process beside training takes the snapshots from the run's file
+  queue, at the lowest CPU priority (cpu.yield_cpu), and dies with the trainer;
+- "external": only queues the snapshots, for `primal-dt eval --watch RUN_DIR` elsewhere.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from primal_dt.common.config import Config
+from primal_dt.common.device import resolve_device
+from primal_dt.evaluation.rollout import EvalOptions
+from primal_dt.evaluation.service import Evaluator, queue_snapshot, serve
+from primal_dt.store.results import EvalRecord, ResultsTail, describe, final_missing
+from primal_dt.store.rundir import RunDir, RunLock, Snapshot
+
+Say = Callable[[str], None]
+
+
+class RunEvaluator:
+    """The interface, and the evaluator of a run that evaluates nothing (eval_every and
+    final_episodes both 0). A context manager: leaving it on an error stops what is running."""
+
+    def __init__(self, run: RunDir, options: EvalOptions) -> None:
+        self.run, self.options = run, options
+        self.locks: list[RunLock] = []  # the run directory's writer locks it needs (trainer takes)
+        self._tail: ResultsTail | None = None
+        self._arrived: list[EvalRecord] = []
+        self._final: Snapshot | None = None
+
+    def resume(self, shown: int | None) -> None:
+        """For a resumed run: the first `shown` records of eval.jsonl were said before (None: all
+        it holds now); the next collect says the rest."""
+        self._tail = ResultsTail(self.run, shown)
+
+    @property
+    def shown(self) -> int | None:
+        """How many records of eval.jsonl have been said (None before the evaluator started)."""
+        return None if self._tail is None else self._tail.shown
+
+    def __enter__(self) -> RunEvaluator:
+        if self._tail is None:  # a new run: whatever eval.jsonl holds was said by no one here
+            self._tail = ResultsTail(self.run)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        pass
+
+    def needs_final(self, step: int, episodes: int) -> bool:
+        """Whether the checkpoint at `step` lacks the final evaluation the run asks for, with none
+        on its way (a run resumed at its last step gets only that)."""
+        return final_missing(self.run, step, episodes) and not self.run.queued(step).exists()
+
+    def submit(self, snapshot: Snapshot) -> None:
+        if snapshot.request is not None and snapshot.request.final:
+            self._final = snapshot
+        self._hand_over(snapshot)
+
+    def _hand_over(self, snapshot: Snapshot) -> None:
+        raise NotImplementedError
+
+    def collect(self, say: Say) -> None:
+        for line in self._notes():
+            say(line)
+        assert self._tail is not None, "collect inside `with evaluator:`"
+        for record in self._tail.new():
+            self._arrived.append(record)
+            say(describe(record))
+
+    def _notes(self) -> list[str]:
+        return []
+
+    def finish(self, say: Say) -> EvalRecord | None:
+        """Wait for what was submitted, say what arrived; the record of the final evaluation
+        (or of its failure), None where none was submitted or nobody here evaluates it."""
+        self._wait(say)
+        self.collect(say)
+        if self._final is None:
+            return None
+        step = self._final.step
+        found = [r for r in self._arrived if r.step == step and (r.final or r.error is not None)]
+        return found[-1] if found else None
+
+    def _wait(self, say: Say) -> None:
+        pass
+
+
+class InlineEvaluator(RunEvaluator):
+    """Evaluates at submit, in this process; snapshots left queued by an earlier evaluator of the
+    run are evaluated when it starts."""
+
+    def __init__(self, run: RunDir, options: EvalOptions) -> None:
+        super().__init__(run, options)
+        self.locks = [RunLock(run, "eval")]
+        self._evaluator: Evaluator | None = None
+        self._pending_notes: list[str] = []
+
+    def __enter__(self) -> InlineEvaluator:
+        super().__enter__()
+        device = resolve_device(self.options.device, "eval.device")
+        self._evaluator = Evaluator(self.run, self.options, device, self._pending_notes.append)
+        with self._training_rng_untouched():
+            self._evaluator.evaluate_queue()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._evaluator is not None:
+            self._evaluator.close()
+
+    def _hand_over(self, snapshot: Snapshot) -> None:
+        assert self._evaluator is not None, "submit inside `with evaluator:`"
+        with self._training_rng_untouched():
+            self._evaluator.evaluate_snapshot(snapshot, name=str(self.run))
+
+    def _training_rng_untouched(self) -> AbstractContextManager[Any]:
+        """Building a policy's model draws from torch's random generators: training's must go on
+        as if nothing had been evaluated (same seed, same weights, whatever evaluates)."""
+        device = resolve_device(self.options.device, "eval.device")
+        return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+
+    def _notes(self) -> list[str]:
+        notes, self._pending_notes[:] = list(self._pending_notes), []
+        return notes
+
+
+class BackgroundEvaluator(RunEvaluator):
+    """A process beside training (spawned, so CUDA is safe) evaluates the run's file queue; its
+    notes come back through a pipe. Restarted when it dies; if it fails with work left at the
+    end, the rest is evaluated here rather than lost."""
+
+    def __init__(self, run: RunDir, options: EvalOptions) -> None:
+        super().__init__(run, options)
+        self.locks = [RunLock(run, "eval")]
+        self._context = multiprocessing.get_context("spawn")
+        self._finish = self._context.Event()
+        self._notes_queue = self._context.Queue()
+        self._process: Any = None
+
+    def __enter__(self) -> BackgroundEvaluator:
+        super().__enter__()
+        self._start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: Any) -> None:
+        if kind is not None and self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout=10)
+
+    def _start(self) -> None:
+        # Not a daemon: eval.workers > 1 starts environment processes of its own.
+        self._process = self._context.Process(
+            target=serve,
+            args=(str(self.run), self.options, self._finish, os.getpid(), self._notes_queue),
+            name="primal-dt-eval",
+        )
+        self._process.start()
+
+    def _hand_over(self, snapshot: Snapshot) -> None:
+        queue_snapshot(self.run, snapshot)
+
+    def _notes(self) -> list[str]:
+        notes = []
+        while True:
+            try:
+                notes.append(self._notes_queue.get_nowait())
+            except queue.Empty:
+                break
+        if not self._process.is_alive() and not self._finish.is_set():
+            notes.append(
+                f"evaluation process exited with code {self._process.exitcode}; restarting it"
+            )
+            self._start()
+        return notes
+
+    def _wait(self, say: Say) -> None:
+        if self._final is not None:
+            episodes = self._final.request.episodes if self._final.request else 0
+            say(f"training done; waiting for the final evaluation ({episodes} episodes per target)")
+        self._finish.set()
+        self._process.join()
+        if self._process.exitcode != 0 and self.run.queued_snapshots():
+            say("evaluation process failed; evaluating the rest here")
+            device = resolve_device(self.options.device, "eval.device")
+            with Evaluator(self.run, self.options, device, say) as evaluator:
+                evaluator.evaluate_queue()
+
+
+class ExternalEvaluator(RunEvaluator):
+    """Only queues the snapshots, for `primal-dt eval --watch RUN_DIR` on another machine."""
+
+    def _hand_over(self, snapshot: Snapshot) -> None:
+        queue_snapshot(self.run, snapshot)
+
+    def finish(self, say: Say) -> EvalRecord | None:
+        self.collect(say)
+        if self.run.queued_snapshots():
+            say(
+                f"training done; its evaluation snapshots wait in {self.run.queue} for: "
+                f"primal-dt eval --watch {self.run}"
+            )
+        return None
+
+
+EVALUATORS: dict[str, type[RunEvaluator]] = {
+    "inline": InlineEvaluator,
+    "process": BackgroundEvaluator,
+    "external": ExternalEvaluator,
+}
+
+
+def make_evaluator(config: Config, run: RunDir) -> RunEvaluator:
+    """The run's evaluator, by eval.service; the plain RunEvaluator where nothing is evaluated.
+    Its device is checked now, not at the first evaluation."""
+    if not (config.train.eval_every or config.eval.final_episodes):
+        return RunEvaluator(run, EvalOptions())
+    options = EvalOptions(device=config.eval.device, workers=config.eval.workers)
+    if config.eval.service != "external":
+        resolve_device(options.device, "eval.device")
+    return EVALUATORS[config.eval.service](run, options)

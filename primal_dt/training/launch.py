@@ -1,0 +1,134 @@
+"""Assembling a run: a new one in its run directory, or an interrupted one resumed from its
+checkpoint. Everything is checked before anything is written."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from primal_dt.common.config import Config
+from primal_dt.common.cpu import training_threads
+from primal_dt.common.device import adamw, resolve_device
+from primal_dt.common.errors import CheckpointError, ConfigError
+from primal_dt.data.episodes import TaskData, WindowSampler, load_task_data
+from primal_dt.data.tasks import Task
+from primal_dt.evaluation.evaluators import make_evaluator
+from primal_dt.method.model import DecisionTransformer
+from primal_dt.store.results import drop_results_after, final_missing
+from primal_dt.store.rundir import (
+    RunConfig,
+    RunDir,
+    RunLock,
+    read_snapshot,
+    run_dir_name,
+    run_of,
+    step_of,
+    write_run_config,
+)
+from primal_dt.training.trainer import Trainer
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def assemble(config: Config, data: TaskData, run_dir: Path) -> Trainer:
+    """A trainer at step 0: the device, thread count and seeds set, the model (compiled where
+    train.compile asks), its optimiser, scheduler and sampler, and the run's evaluator, chosen
+    here once (eval.service). Every setting is checked before anything is written."""
+    device = resolve_device(config.train.device, "train.device")
+    evaluator = make_evaluator(config, RunDir(run_dir))
+    if device.type == "cpu":
+        # One count for the whole run: the weights' bits depend on it (cpu.py).
+        torch.set_num_threads(training_threads(config.train.threads))
+    seed_everything(config.train.seed)
+    state_mean, state_std = data.state_stats()
+    longest = max(len(ep.rewards) for ep in data.episodes)
+    model = DecisionTransformer(
+        config.model, data.state_dim, data.act_dim, max(data.max_episode_steps, longest)
+    ).to(device)
+    train = config.train
+    optimizer = adamw(model.parameters(), device, lr=train.lr, weight_decay=train.weight_decay)
+    warmup = train.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, 1.0) if warmup else 1.0
+    )
+    sampler = WindowSampler(
+        data.episodes, state_mean, state_std, config.model.context_len, train.return_scale,
+        device, seed=train.seed,
+    )  # fmt: skip
+    # The compiled wrapper shares the model's parameters; checkpoints save the plain model's.
+    compiled = (
+        torch.compile(model, mode=train.compile_mode, dynamic=False) if train.compile else None
+    )
+    return Trainer(
+        config, data, RunDir(run_dir), device, model, optimizer, scheduler, sampler, evaluator,
+        state_mean, state_std, forward_model=compiled,
+    )  # fmt: skip
+
+
+def default_run_dir(task: str, config_name: str, seed: int) -> Path:
+    """runs/<task>/<config>-s<seed>-<time>."""
+    return Path("runs") / run_dir_name(task, config_name, seed, time.strftime("%Y%m%d-%H%M%S"))
+
+
+def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "default") -> Trainer:
+    """A new run in run_dir, which must not already hold one; config_name names the config file
+    the run came from, for reports."""
+    run = RunDir(run_dir)
+    if run.checkpoint.exists():
+        raise CheckpointError(
+            f"{run_dir} already holds a run; continue it with --resume {run_dir} "
+            f"or choose another --run-dir"
+        )
+    data = load_task_data(task, config.data.download)
+    trainer = assemble(config, data, run_dir)  # everything is checked: now write
+    trainer.hold()
+    if run.checkpoint.exists():  # another train got here first
+        trainer.release()
+        raise CheckpointError(f"{run_dir} already holds a run; choose another --run-dir")
+    write_run_config(run, RunConfig(task.name, config_name, config))
+    return trainer
+
+
+def resume_run(path: Path, steps: int | None = None, download: bool | None = None) -> Trainer:
+    """Continue the run in `path` (a run directory or its ckpt.pt) from its checkpoint, to its
+    configured or to `steps` steps, or only to its final evaluation where that is what is left."""
+    run = run_of(path)
+    holder = RunLock(run, "train").holder()
+    if holder is not None:  # also before its first checkpoint, when nothing else says it is a run
+        raise RunLock(run, "train").busy(holder)
+    snapshot = read_snapshot(run.path)
+    config = snapshot.config
+    if steps is not None:
+        config.train.steps = steps
+    if download is not None:
+        config.data.download = download
+    # Refused before anything is loaded or written: a run at its end with its final evaluation.
+    at_end = snapshot.step >= config.train.steps
+    if at_end and not final_missing(run, snapshot.step, config.eval.final_episodes):
+        raise ConfigError(
+            f"{run} is already at step {snapshot.step} of {config.train.steps}; "
+            f"pass --steps N with N > {snapshot.step} to train further"
+        )
+    record = snapshot.task
+    data = load_task_data(record.task(), config.data.download)
+    if data.env_id != record.env_id:
+        raise CheckpointError(
+            f"{run} was trained on {record.env_id} but its dataset is now for {data.env_id}"
+        )
+    trainer = assemble(config, data, run.path)
+    trainer.restore(snapshot)
+    trainer.hold()
+    # The steps after the checkpoint are trained again, and evaluated again with them.
+    drop_results_after(run, trainer.step)
+    for queued in run.queued_snapshots():
+        if step_of(queued) > trainer.step:
+            queued.unlink()
+    return trainer

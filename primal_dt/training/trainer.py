@@ -1,0 +1,321 @@
+"""The training loop: AdamW with linear warm-up and gradient clipping, on the action MSE plus
+eta times the KSVD loss, with TensorBoard logs and resumable checkpoints. Evaluation is the
+evaluator's (evaluation/evaluators.py): the loop hands it a snapshot every train.eval_every steps
+and says what it reports.
+
+The dataset lives on the training device and batches are sampled there; the loop reads values
+back to the host only at logging, evaluation and checkpoint steps. Matrix products run in bf16
+under autocast on CUDA (train.precision), and AdamW is fused wherever torch has it (device.py).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from primal_dt.common.config import Config
+from primal_dt.common.device import autocast
+from primal_dt.common.errors import CheckpointError, PrimalDTError, first_line
+from primal_dt.common.progress import Progress, progress_bar
+from primal_dt.common.signals import StopSignals
+from primal_dt.data.episodes import Batch, TaskData, WindowSampler
+from primal_dt.evaluation.evaluators import RunEvaluator
+from primal_dt.method.model import DecisionTransformer
+from primal_dt.store.dashboards import run_layout, write_hparams
+from primal_dt.store.results import EvalRecord
+from primal_dt.store.rundir import (
+    EvalRequest,
+    RunDir,
+    RunLock,
+    Snapshot,
+    TaskRecord,
+    TrainingState,
+    atomic_copy,
+    write_snapshot,
+)
+
+Metrics = dict[str, torch.Tensor]  # named scalars of one step, on the training device
+
+
+class TrainingDiverged(PrimalDTError):
+    """The loss or the gradients became NaN or infinite."""
+
+
+class TrainingInterrupted(PrimalDTError):
+    """SIGINT or SIGTERM stopped the run after saving a checkpoint."""
+
+    label = "stopped"
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+class EvaluationFailed(PrimalDTError):
+    """Training finished but its final evaluation did not."""
+
+    exit_code = 1
+
+
+def action_loss(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over the action entries of real (unpadded) steps."""
+    weights = mask.unsqueeze(-1).to(predicted.dtype)
+    squared = (predicted.float() - target) ** 2 * weights
+    return squared.sum() / (weights.sum() * predicted.shape[-1]).clamp(min=1.0)
+
+
+@dataclass
+class Trainer:
+    """One run: the model, its optimiser, data and evaluator, and where it writes."""
+
+    config: Config
+    data: TaskData
+    run_dir: RunDir
+    device: torch.device
+    model: DecisionTransformer
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    sampler: WindowSampler
+    evaluator: RunEvaluator
+    state_mean: np.ndarray
+    state_std: np.ndarray
+    step: int = 0
+    # Sums of each step's metrics (train_step) since the last log, and their count: saved in
+    # checkpoints so a run stopped between two logs logs the same averages after resuming.
+    pending: Metrics = field(default_factory=dict)
+    pending_count: int = 0
+    # The module the training step calls: the model, or its torch.compile'd wrapper.
+    forward_model: torch.nn.Module | None = None
+
+    def __post_init__(self) -> None:
+        self.locks = [RunLock(self.run_dir, "train"), *self.evaluator.locks]
+        self.forward_model = self.forward_model or self.model
+
+    def hold(self) -> None:
+        """Take the run directory's locks (see RunLock): a second writer is refused."""
+        for lock in self.locks:
+            lock.acquire()
+
+    def release(self) -> None:
+        for lock in self.locks:
+            lock.release()
+
+    # --- snapshots and checkpoints -----------------------------------------------------------
+
+    def snapshot(self, request: EvalRequest | None = None, resumable: bool = False) -> Snapshot:
+        """The policy as it is now; resumable adds what continuing the run needs."""
+        training = None
+        if resumable:
+            training = TrainingState(
+                optimizer=self.optimizer.state_dict(),
+                scheduler=self.scheduler.state_dict(),
+                sampler=self.sampler.state_dict(),
+                rng_torch=torch.get_rng_state(),
+                rng_cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                pending_sums={name: value.cpu() for name, value in self.pending.items()},
+                pending_count=self.pending_count,
+                results_shown=self.evaluator.shown,
+            )
+        return Snapshot(
+            step=self.step,
+            config=self.config,
+            task=TaskRecord.of(self.data),
+            state_dim=self.model.state_dim,
+            act_dim=self.model.act_dim,
+            max_timestep=self.model.max_timestep,
+            state_mean=torch.as_tensor(self.state_mean),
+            state_std=torch.as_tensor(self.state_std),
+            weights=self.model.state_dict(),
+            request=request,
+            training=training,
+        )
+
+    def save(self) -> None:
+        """ckpt.pt (the latest), and checkpoints/step_N.pt keeping the newest keep_checkpoints."""
+        self._check_finite()  # never save a diverged model
+        write_snapshot(self.run_dir.checkpoint, self.snapshot(resumable=True))
+        keep = self.config.train.keep_checkpoints
+        if keep:
+            atomic_copy(self.run_dir.checkpoint, self.run_dir.step_checkpoint(self.step))
+            for old in self.run_dir.saved_checkpoints()[:-keep]:
+                old.unlink()
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Put the run back exactly as it was when the checkpoint was saved."""
+        state = snapshot.training
+        if state is None:
+            raise CheckpointError(
+                f"the checkpoint of step {snapshot.step} holds a policy only (no optimizer or "
+                f"sampler state), so its run cannot be resumed from it"
+            )
+        if (snapshot.state_dim, snapshot.act_dim) != (self.model.state_dim, self.model.act_dim):
+            raise CheckpointError(
+                f"checkpoint is for state/action sizes {snapshot.state_dim}/{snapshot.act_dim} "
+                f"but the dataset has {self.model.state_dim}/{self.model.act_dim}"
+            )
+        try:
+            self.model.load_state_dict(snapshot.weights)
+            self.optimizer.load_state_dict(state.optimizer)
+            self.scheduler.load_state_dict(state.scheduler)
+            self.sampler.load_state_dict(state.sampler)
+        except (KeyError, RuntimeError, ValueError) as err:
+            raise CheckpointError(
+                f"checkpoint does not match the model: {first_line(err)}"
+            ) from None
+        self.state_mean = snapshot.state_mean.numpy()
+        self.state_std = snapshot.state_std.numpy()
+        torch.set_rng_state(state.rng_torch)
+        if state.rng_cuda and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state.rng_cuda)
+        self.step = snapshot.step
+        self.pending = {name: value.to(self.device) for name, value in state.pending_sums.items()}
+        self.pending_count = state.pending_count
+        self.evaluator.resume(state.results_shown)
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def train_step(self, batch: Batch) -> Metrics:
+        """One optimiser step; returns its metrics as device tensors (what `train/*` logs)."""
+        cfg = self.config.train
+        with autocast(cfg.precision, self.device):
+            predicted, ksvd = self.forward_model(
+                batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask
+            )
+        act_loss = action_loss(predicted, batch.actions, batch.mask)
+        loss = act_loss + cfg.ksvd_weight * ksvd.float()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return {
+            "action_loss": act_loss.detach(),
+            "ksvd_loss": ksvd.detach().float(),
+            "grad_norm": grad_norm.detach(),
+        }
+
+    def train(self, progress: bool = True, stop: StopSignals | None = None) -> EvalRecord | None:
+        """Train to config.train.steps; returns the final evaluation's record (None without one).
+
+        Every eval_every steps (and at the end, with eval.final_episodes episodes) a snapshot of
+        the policy goes to the evaluator; what it reports is printed at each log, and the final
+        evaluation is waited for. SIGINT/SIGTERM stop the run after the current step with a
+        checkpoint saved; pass `stop` to catch signals that come earlier (while the data loads).
+        A run resumed at its last step only gets its final evaluation.
+        """
+        cfg = self.config.train
+        stop = stop or StopSignals()
+        with stop, ExitStack() as stack:
+            self.hold()
+            stack.callback(self.release)
+            writer, bar = self._open(stack, progress)
+            say = partial(bar.write, file=sys.stderr)  # above the bar
+            stack.enter_context(self.evaluator)
+            self.evaluator.collect(say)  # a resumed run's results never printed before
+            if self.step >= cfg.steps and self.evaluator.needs_final(
+                self.step, self.config.eval.final_episodes
+            ):
+                self._evaluate(final=True)
+            tick = time.perf_counter()
+            while self.step < cfg.steps:
+                self.accumulate(self.train_step(self.sampler.sample(cfg.batch_size)))
+                self.step += 1
+                bar.update(1)
+                final = self.step == cfg.steps
+                if self.step % cfg.log_every == 0 or final:
+                    tick = self._log(writer, bar, tick)
+                    self.evaluator.collect(say)
+                if final and self.config.eval.final_episodes:
+                    self._evaluate(final=True)
+                elif cfg.eval_every and self.step % cfg.eval_every == 0:
+                    self._evaluate(final=False)
+                if self.step % cfg.ckpt_every == 0 or final or stop.signum is not None:
+                    self.save()
+                if stop.signum is not None:
+                    raise self._interrupted(stop.signum)
+            writer.flush()
+            return self._final(self.evaluator.finish(say))
+
+    def accumulate(self, metrics: Metrics) -> None:
+        """Add one step's metrics to the sums the next log averages."""
+        for name, value in metrics.items():
+            self.pending[name] = self.pending[name] + value if name in self.pending else value
+        self.pending_count += 1
+
+    def _open(self, stack: ExitStack, progress: bool) -> tuple[SummaryWriter, Progress]:
+        """TensorBoard and the progress output; the stack closes them however the loop ends."""
+        # On resume, drop every event (train/* and eval/*) logged after the checkpoint by the
+        # interrupted run. Only this writer purges: TensorBoard reads a run's event files in the
+        # order they were created and a purge drops the points of every file read before it, so
+        # it must come from the first file the resumed run creates.
+        purge = self.step + 1 if self.step else None
+        writer = stack.enter_context(SummaryWriter(str(self.run_dir.path), purge_step=purge))
+        if self.step == 0:
+            write_hparams(writer, self.data.task.name, self.config)
+            writer.add_custom_scalars(run_layout())
+        bar = progress_bar(self.config.train.steps, self.step, self.data.task.name, progress)
+        return writer, stack.enter_context(bar)
+
+    def _log(self, writer: SummaryWriter, bar: Progress, tick: float) -> float:
+        """The mean of each metric since the last log to TensorBoard and the bar; returns the
+        time of this log."""
+        self._check_finite()
+        now = time.perf_counter()
+        names = list(self.pending)
+        sums = torch.stack([self.pending[name] for name in names])
+        means = dict(zip(names, (sums / self.pending_count).tolist(), strict=True))
+        scalars = {
+            **means,
+            "loss": means["action_loss"] + self.config.train.ksvd_weight * means["ksvd_loss"],
+            "lr": self.scheduler.get_last_lr()[0],
+            "steps_per_sec": self.pending_count / (now - tick),
+        }
+        for name, value in scalars.items():
+            writer.add_scalar(f"train/{name}", value, self.step)
+        bar.set_postfix(action=f"{means['action_loss']:.4f}", ksvd=f"{means['ksvd_loss']:.3g}",
+                        refresh=False)  # fmt: skip
+        self.pending, self.pending_count = {}, 0
+        return now
+
+    def _evaluate(self, final: bool) -> None:
+        self._check_finite()  # never evaluate a diverged model
+        episodes = self.config.eval.final_episodes if final else self.config.eval.episodes
+        self.evaluator.submit(self.snapshot(EvalRequest(episodes, final)))
+
+    def _interrupted(self, signum: int) -> TrainingInterrupted:
+        return TrainingInterrupted(
+            f"stopped by {signal.Signals(signum).name} at step {self.step}; checkpoint saved to "
+            f"{self.run_dir.checkpoint}; continue with: primal-dt train --resume {self.run_dir}",
+            signum,
+        )
+
+    def _final(self, final: EvalRecord | None) -> EvalRecord | None:
+        if final is not None and final.error is not None:
+            raise EvaluationFailed(
+                f"training finished but its final evaluation failed: {final.error}; "
+                f"the checkpoint is {self.run_dir.checkpoint}, evaluate it with "
+                f"primal-dt eval --ckpt {self.run_dir}"
+            )
+        return final
+
+    def _check_finite(self) -> None:
+        if any(not torch.isfinite(value).all() for value in self.pending.values()):
+            values = ", ".join(f"{name} {value.item()}" for name, value in self.pending.items())
+            ckpt = self.run_dir.checkpoint
+            kept = (
+                f"the last good checkpoint, {ckpt}, is kept"
+                if ckpt.exists()
+                else "no checkpoint had been saved yet"
+            )
+            raise TrainingDiverged(
+                f"training diverged before step {self.step} ({values}); {kept}; "
+                f"try a lower train.lr"
+            )
