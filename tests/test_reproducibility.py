@@ -19,6 +19,7 @@ from test_cli import scalars, train_args
 from primal_dt.cli import main
 from primal_dt.eval_service import Evaluator
 from primal_dt.evaluate import EvalOptions
+from primal_dt.report import read_run
 from primal_dt.results import read_results
 from primal_dt.run import RunDir, RunLock, read_snapshot
 
@@ -127,6 +128,10 @@ def test_a_run_stopped_and_resumed_many_times_ends_bit_identical(straight, tmp_p
     assert process.returncode == 0, output
     assert len(stopped) >= 4, f"the run ended after only {stopped}: too few stops to test"
     assert_same(straight, run_dir)
+    # primal-dt report reads the same curves: every point once, as for the uninterrupted run.
+    a, b = read_run(straight, spectra=False), read_run(run_dir, spectra=False)
+    assert a.ksvd == b.ksvd and [s for s, _ in b.ksvd] == list(range(5, STEPS + 1, 5))
+    assert a.scores == b.scores and [s for s, _ in b.scores] == [20, 40, 60, 80, 100]
     # Nothing left behind: no temporary file, no lock, no queued snapshot.
     leftovers = [p.name for p in run_dir.rglob(".*") if p.suffix in (".tmp", ".lock")]
     assert leftovers == [] and list((run_dir / "eval_queue").glob("*")) == []
