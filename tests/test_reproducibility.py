@@ -21,6 +21,7 @@ from primal_dt.evaluation.rollout import EvalOptions
 from primal_dt.evaluation.service import Evaluator
 from primal_dt.store.results import read_results
 from primal_dt.store.rundir import RunDir, RunLock, read_snapshot
+from primal_dt.tools.report import read_run
 
 STEPS = 100
 # Checkpoints, logs and evaluations every few steps, so that kills land mid-step, mid-checkpoint
@@ -127,6 +128,10 @@ def test_a_run_stopped_and_resumed_many_times_ends_bit_identical(straight, tmp_p
     assert process.returncode == 0, output
     assert len(stopped) >= 4, f"the run ended after only {stopped}: too few stops to test"
     assert_same(straight, run_dir)
+    # primal-dt report reads the same curves: every point once, as for the uninterrupted run.
+    a, b = read_run(straight, spectra=False), read_run(run_dir, spectra=False)
+    assert a.ksvd == b.ksvd and [s for s, _ in b.ksvd] == list(range(5, STEPS + 1, 5))
+    assert a.scores == b.scores and [s for s, _ in b.scores] == [20, 40, 60, 80, 100]
     # Nothing left behind: no temporary file, no lock, no queued snapshot.
     leftovers = [p.name for p in run_dir.rglob(".*") if p.suffix in (".tmp", ".lock")]
     assert leftovers == [] and list((run_dir / "eval_queue").glob("*")) == []
