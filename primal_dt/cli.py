@@ -1,4 +1,5 @@
-"""The `primal-dt` command line: it parses arguments and calls the modules, nothing else."""
+"""The `primal-dt` command line: it parses arguments, checks that they go together, calls the
+modules that do the work, and prints what they return."""
 
 from __future__ import annotations
 
@@ -62,12 +63,12 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
 
 def _eval(args: argparse.Namespace) -> int:
     from primal_dt.common.device import resolve_device
-    from primal_dt.evaluation.conditioning import targets_between, write_curve
-    from primal_dt.evaluation.rollout import EvalOptions, evaluate_checkpoint
+    from primal_dt.evaluation.checkpoints import evaluate_checkpoints
+    from primal_dt.evaluation.conditioning import targets_between
+    from primal_dt.evaluation.rollout import EvalOptions
     from primal_dt.evaluation.service import watch
     from primal_dt.evaluation.video import VideoUnavailable
     from primal_dt.store.results import format_table
-    from primal_dt.store.rundir import checkpoints_to_evaluate, folder_of
 
     if bool(args.ckpt) == bool(args.watch):
         raise PrimalDTError("give either --ckpt PATH [PATH ...] or --watch RUN_DIR")
@@ -80,15 +81,10 @@ def _eval(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print("stopped watching", file=sys.stderr)
         return 0
-    paths = [p for given in args.ckpt for p in checkpoints_to_evaluate(given, args.all)]
-    records = []
-    for path in paths:
-        records.append(evaluate_checkpoint(path, options, device, folder_of(path).videos))
-        if not args.json:
-            print(f"evaluated {path} in {records[-1].seconds:.1f} s", file=sys.stderr)
-        if args.target_sweep:
-            picture = write_curve(folder_of(path), records[-1])
-            print(f"return-conditioning curve: {picture}", file=sys.stderr)
+    records = evaluate_checkpoints(
+        args.ckpt, options, device, every=args.all, curve=bool(args.target_sweep),
+        say=lambda line: print(line, file=sys.stderr),
+    )  # fmt: skip
     if args.json:
         print(json.dumps([record.to_dict() for record in records], indent=1))
     else:

@@ -31,7 +31,7 @@ def test_compiled_training_matches_eager(minari_root, tmp_path, mode: str) -> No
         )  # fmt: skip
         assert (trainer.forward_model is trainer.model) != compiled
         batches = [trainer.sampler.sample(16) for _ in range(3)]
-        losses = [torch.stack(trainer.train_step(batch)) for batch in batches]
+        losses = [torch.stack(list(trainer.train_step(batch).values())) for batch in batches]
         runs[compiled] = (torch.stack(losses), trainer.model.state_dict())
     (eager_losses, eager_weights), (compiled_losses, compiled_weights) = runs[False], runs[True]
     # On CUDA both run under bf16 autocast, where fused kernels round differently (8-bit mantissa).

@@ -1,9 +1,13 @@
-"""SIGINT and SIGTERM as a request to stop, so a long job ends at a point of its choosing."""
+"""How primal-dt's long jobs take SIGINT and SIGTERM: training as a request to stop at the end of
+its step (StopSignals), a sweep, which only waits for its runs, as Ctrl-C at once
+(sigterm_interrupts); both then stop their work with a checkpoint saved."""
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -32,3 +36,21 @@ class StopSignals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous = {}
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a scheduler stopping the job) raises KeyboardInterrupt, as Ctrl-C does, wherever
+    the job is waiting. Outside the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -27,7 +27,7 @@ from primal_dt.common.errors import CheckpointError, ConfigError
 from primal_dt.evaluation.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
 from primal_dt.method.model import DecisionTransformer, evaluating
 from primal_dt.store.results import EvalRecord, TargetSummary
-from primal_dt.store.rundir import Snapshot, TaskRecord, read_snapshot
+from primal_dt.store.rundir import Snapshot, TaskRecord
 
 
 def make_vector(
@@ -349,17 +349,3 @@ def add_videos(
         record.videos = [str(p) for p in record_videos(snapshot, policy, plan, folder)]
     except VideoUnavailable as err:
         record.video_error = str(err)
-
-
-def evaluate_checkpoint(
-    path: Path, options: EvalOptions, device: torch.device, videos_to: Path | None = None
-) -> EvalRecord:
-    """Read, load and evaluate one checkpoint file (`primal-dt eval --ckpt`); with videos asked
-    for, also render them into videos_to."""
-    snapshot = read_snapshot(path, map_location=device)
-    policy = load_policy(snapshot, device, f"checkpoint {path}")
-    plan = plan_evaluation(snapshot, options)
-    record = evaluation_record(snapshot, policy, plan, str(path))
-    if plan.videos and videos_to is not None:
-        add_videos(record, snapshot, policy, plan, videos_to)
-    return record

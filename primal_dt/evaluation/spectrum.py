@@ -97,7 +97,7 @@ def make_windows(snapshot: Snapshot, count: int = NUM_WINDOWS) -> Batch:
     return sampler.sample(count)
 
 
-def run_windows(run: RunDir, snapshot: Snapshot) -> Batch:
+def fixed_windows(run: RunDir, snapshot: Snapshot) -> Batch:
     """RUN_DIR/spectrum_windows.pt; made from the dataset (and saved) the first time."""
     path = run.spectrum_windows
     if path.exists():
@@ -115,7 +115,7 @@ def checkpoint_spectra(
     model already built, on its device)."""
     model = model or snapshot.build_model("cpu")
     device = next(model.parameters()).device
-    windows = Batch(*(t.to(device) for t in run_windows(run, snapshot)))
+    windows = Batch(*(t.to(device) for t in fixed_windows(run, snapshot)))
     return attention_spectra(model, windows)
 
 

@@ -30,7 +30,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -41,6 +40,7 @@ from typing import Any
 from primal_dt.common.config import Config, load_config, named_config_path, option_overrides
 from primal_dt.common.cpu import usable_cores
 from primal_dt.common.errors import PrimalDTError, first_line
+from primal_dt.common.signals import sigterm_interrupts
 from primal_dt.data.tasks import resolve_task
 from primal_dt.store.results import final_missing, read_results
 from primal_dt.store.rundir import RunDir, find_runs, lock_file, read_snapshot, run_dir_name
@@ -409,24 +409,6 @@ def logged_command(cmd: list[str], log: str, env: dict[str, str]) -> int:
     except KeyboardInterrupt:
         _stop([process])
         return process.wait()
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (a scheduler stopping the sweep) is handled like Ctrl-C: the runs are stopped with
-    a checkpoint before the sweep exits."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _stop(processes: list[subprocess.Popen[bytes]]) -> None:

@@ -97,7 +97,8 @@ class Trainer:
 
     def __post_init__(self) -> None:
         self.locks = [RunLock(self.run_dir, "train"), *self.evaluator.locks]
-        self.forward_model = self.forward_model or self.model
+        if self.forward_model is None:
+            self.forward_model = self.model
 
     def hold(self) -> None:
         """Take the run directory's locks (see RunLock): a second writer is refused."""

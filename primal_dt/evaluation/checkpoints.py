@@ -1,0 +1,55 @@
+"""`primal-dt eval --ckpt`: evaluate checkpoint files and run directories, and keep beside each
+run what was asked for with it: its return-conditioning curve, its videos."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from primal_dt.evaluation.conditioning import write_curve
+from primal_dt.evaluation.rollout import (
+    EvalOptions,
+    add_videos,
+    evaluation_record,
+    load_policy,
+    plan_evaluation,
+)
+from primal_dt.store.results import EvalRecord
+from primal_dt.store.rundir import checkpoints_to_evaluate, folder_of, read_snapshot
+
+
+def evaluate_checkpoint(
+    path: Path, options: EvalOptions, device: torch.device, videos_to: Path | None = None
+) -> EvalRecord:
+    """Read, load and evaluate one checkpoint file; with videos asked for, also render them into
+    videos_to."""
+    snapshot = read_snapshot(path, map_location=device)
+    policy = load_policy(snapshot, device, f"checkpoint {path}")
+    plan = plan_evaluation(snapshot, options)
+    record = evaluation_record(snapshot, policy, plan, str(path))
+    if plan.videos and videos_to is not None:
+        add_videos(record, snapshot, policy, plan, videos_to)
+    return record
+
+
+def evaluate_checkpoints(
+    given: list[str],
+    options: EvalOptions,
+    device: torch.device,
+    every: bool = False,
+    curve: bool = False,
+    say: Callable[[str], None] = print,
+) -> list[EvalRecord]:
+    """Each checkpoint file given, or each run directory's latest checkpoint (every: all it
+    keeps), evaluated in turn; videos go to the run's videos/, and with `curve` the run keeps the
+    return-conditioning curve (conditioning.py). Progress goes to `say`."""
+    records = []
+    for path in [p for name in given for p in checkpoints_to_evaluate(name, every)]:
+        record = evaluate_checkpoint(path, options, device, folder_of(path).videos)
+        say(f"evaluated {path} in {record.seconds:.1f} s")
+        if curve:
+            say(f"return-conditioning curve: {write_curve(folder_of(path), record)}")
+        records.append(record)
+    return records
