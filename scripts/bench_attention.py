@@ -9,7 +9,8 @@ the DT paper's (embed 128, 1 head, Primal rank 32, the default).
 A DT window of K timesteps is 3K tokens, left-padded like training batches (a quarter of them
 padded). At each K both layers run in one fresh process, timed in alternating rounds so that a
 machine that slows down or speeds up affects both alike; on CPU each layer's peak memory (the
-process's peak resident size) is measured in a process of its own.
+process's peak resident size) is measured in a process of its own. The layers run in the
+precision training runs them in (train.precision "auto": bf16 autocast on CUDA, float32 on a CPU).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from bench_common import (
     reset_peak_memory,
     time_alternately,
 )
-from readme_table import publish
+from readme_table import publish, publish_so_far
 
+from primal_dt.common.device import autocast
 from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
 
 KINDS = ("softmax", "primal")
@@ -57,7 +59,8 @@ def make_step(layer: torch.nn.Module, point: dict[str, Any]) -> Callable[[], Non
     mask[: batch // 4, : length // 2] = False
 
     def step() -> None:
-        y, j = layer(x, mask)
+        with autocast("auto", device):  # what training runs: bf16 on CUDA, float32 on a CPU
+            y, j = layer(x, mask)
         loss = y.float().square().mean() + (j.square().mean() if j is not None else 0.0)
         loss.backward()
         x.grad = None
@@ -124,15 +127,10 @@ def main() -> None:
         print(json.dumps(measure_point(json.loads(args.point))))
         return
     device = torch.device(args.device)
-    rows = []
-    for width, (dim, heads, rank) in WIDTHS.items():
-        for k in (int(k) for k in args.ks.split(",")):
-            point = {"device": args.device, "k": k, "batch": args.batch, "embed_dim": dim,
-                     "n_head": heads, "rank": rank, "repeats": args.repeats}  # fmt: skip
-            rows.append(f"| {width} " + table_row(point))
     caption = (
         f"One attention layer, forward + backward, batch {args.batch}, on {device_name(device)}, "
-        f"torch {torch.__version__} (median of {args.repeats}; peak memory above the inputs"
+        f"torch {torch.__version__}, in training's precision (median of {args.repeats}; peak "
+        f"memory above the inputs"
         + (", process peak resident size on CPU" if device.type == "cpu" else "")
         + "):"
     )
@@ -140,7 +138,15 @@ def main() -> None:
         "| width | K (timesteps) | tokens | softmax ms | Primal ms | Primal speed-up | softmax MiB "
         "| Primal MiB | memory ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
-    publish(f"bench_attention_{device.type}", caption, header, rows, args.write_readme)
+    rows = []
+    name = f"bench_attention_{device.type}"
+    for width, (dim, heads, rank) in WIDTHS.items():
+        for k in (int(k) for k in args.ks.split(",")):
+            point = {"device": args.device, "k": k, "batch": args.batch, "embed_dim": dim,
+                     "n_head": heads, "rank": rank, "repeats": args.repeats}  # fmt: skip
+            rows.append(f"| {width} " + table_row(point))
+            publish_so_far(name, caption, header, rows, args.write_readme)
+    publish(name, caption, header, rows, args.write_readme)
 
 
 if __name__ == "__main__":

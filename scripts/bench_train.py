@@ -32,7 +32,7 @@ from bench_common import (
     reset_peak_memory,
     time_alternately,
 )
-from readme_table import publish
+from readme_table import publish, publish_so_far
 
 from primal_dt.common.config import COMPILE_MODES, load_config, named_config_path
 from primal_dt.data.episodes import Episode, TaskData
@@ -40,9 +40,22 @@ from primal_dt.data.tasks import Task
 from primal_dt.training.launch import assemble
 from primal_dt.training.trainer import Trainer
 
-SIZES = {  # label -> (config file, its paper)
-    "DT paper size (embed 128, 3 layers, 1 head)": "dt",
-    "Primal paper size (embed 256, 3 layers, 4 heads)": "primal-dt",
+SIZES = {  # label -> (config file, its paper; overrides)
+    "DT paper size (embed 128, 3 layers, 1 head)": ("dt", ()),
+    "Primal paper size (embed 256, 3 layers, 4 heads)": ("primal-dt", ()),
+}
+# --tiny (scripts/gpu_check.sh --dry-run): the same code paths at a size a CPU compiles quickly.
+TINY_SIZES = {
+    "tiny (embed 32, 2 layers, 2 heads)": (
+        "primal-dt",
+        (
+            "model.embed_dim=32",
+            "model.n_layer=2",
+            "model.n_head=2",
+            "model.primal_rank=8",
+            "train.batch_size=8",
+        ),
+    ),  # fmt: skip
 }
 
 
@@ -76,6 +89,7 @@ def make_trainer(point: dict[str, Any], primal_blocks: str, run_dir: Path) -> Tr
         f"train.compile={'true' if point['compile'] else 'false'}",
         f"train.compile_mode={json.dumps(point['compile'] or 'default')}",
     ]
+    overrides += point.get("overrides", [])
     config = load_config(named_config_path(point["config"]), overrides, task="halfcheetah-medium")
     return assemble(config, synthetic_data(), run_dir)
 
@@ -132,6 +146,7 @@ def main() -> None:
         "--compile", nargs="?", const="default", choices=COMPILE_MODES, metavar="MODE",
         help="also time torch.compile'd steps, in this mode (default: default)",
     )  # fmt: skip
+    parser.add_argument("--tiny", action="store_true", help="a tiny model instead (dry runs)")
     parser.add_argument("--write-readme", action="store_true")
     args = parser.parse_args()
     if args.point:
@@ -139,11 +154,24 @@ def main() -> None:
         return
     device = torch.device(args.device)
     steps = args.steps or (2000 if device.type == "cuda" else 100)
+    caption = (
+        f"Training steps per second (batch {8 if args.tiny else 64}, K 20, {steps} timed steps "
+        f"each, in {args.rounds} alternating rounds) and peak memory "
+        f"(above the resident model and data"
+        + ("; process peak resident size on CPU" if device.type == "cpu" else "")
+        + f") on {device_name(device)}, torch {torch.__version__}:"
+    )
+    header = (
+        "| size | mode | DT steps/s | Primal-DT steps/s | Primal-DT / DT | DT MiB "
+        "| Primal-DT MiB |\n|---|---|---:|---:|---:|---:|---:|"
+    )
     rows = []
-    for label, config in SIZES.items():
-        for compiled in (None, args.compile) if args.compile else (None,):
-            point = {"config": config, "device": args.device, "compile": compiled,
-                     "warmup": 30 if compiled else 10}  # fmt: skip
+    sizes = (TINY_SIZES if args.tiny else SIZES).items()
+    # Eager at every size first, then compiled (slow to compile): what is cut short comes last.
+    for compiled in (None, args.compile) if args.compile else (None,):
+        for label, (config, overrides) in sizes:
+            point = {"config": config, "overrides": list(overrides), "device": args.device,
+                     "compile": compiled, "warmup": 30 if compiled else 10}  # fmt: skip
             found = measure_side_by_side(
                 __file__, {**point, "steps": steps, "rounds": args.rounds},
                 {name: {"primal_blocks": blocks} for name, blocks in MODELS.items()},
@@ -158,17 +186,7 @@ def main() -> None:
                 f"| {label} | {mode} | {dt:.4g} | {primal:.4g} | {primal / dt:.2f}x "
                 f"| {mebibytes(found['DT bytes'])} | {mebibytes(found['Primal-DT bytes'])} |"
             )
-    caption = (
-        f"Training steps per second (batch 64, K 20, {steps} timed steps each, in "
-        f"{args.rounds} alternating rounds) and peak memory "
-        f"(above the resident model and data"
-        + ("; process peak resident size on CPU" if device.type == "cpu" else "")
-        + f") on {device_name(device)}, torch {torch.__version__}:"
-    )
-    header = (
-        "| size | mode | DT steps/s | Primal-DT steps/s | Primal-DT / DT | DT MiB "
-        "| Primal-DT MiB |\n|---|---|---:|---:|---:|---:|---:|"
-    )
+            publish_so_far(f"bench_train_{device.type}", caption, header, rows, args.write_readme)
     publish(f"bench_train_{device.type}", caption, header, rows, args.write_readme)
 
 

@@ -28,3 +28,11 @@ def publish(name: str, caption: str, header: str, rows: list[str], write: bool) 
     print(table)
     if write:
         write_readme_section(name, table)
+
+
+def publish_so_far(name: str, caption: str, header: str, rows: list[str], write: bool) -> None:
+    """With write, put the rows measured so far into the README, marked as such: a run cut short
+    (scripts/gpu_check.sh's time limits) still leaves what it measured; publish replaces it."""
+    if write:
+        partial = f"{caption} (the rows measured before the run ended)"
+        write_readme_section(name, "\n".join([partial, "", header, *rows]))

@@ -122,10 +122,12 @@ def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # --- helpers the test modules share ------------------------------------------------------------
 
 
-def train_args(run_dir: Path, steps: int, *extra: str) -> list[str]:
-    """`primal-dt train` arguments for a TINY run on hopper-medium, offline, on DEVICE."""
+def train_args(run_dir: Path, steps: int, *extra: str, config: str | None = None) -> list[str]:
+    """`primal-dt train` arguments for a TINY run on hopper-medium, offline, on DEVICE; extra
+    settings as --set overrides, and a named config (dt, primal-dt) where given."""
     args = ["train", "--env", "hopper-medium", "--offline", "--no-progress"]
     args += ["--run-dir", str(run_dir), "--steps", str(steps), "--device", DEVICE]
+    args += ["--config", config] if config else []
     for setting in (*TINY, *extra):
         args += ["--set", setting]
     return args

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DEVICE, TINY
+from conftest import train_args
 
 from primal_dt.cli import main
 from primal_dt.common.errors import ConfigError
@@ -27,11 +27,7 @@ def test_target_sweep_curve_and_report(minari_root, tmp_path, capsys) -> None:
     runs = tmp_path / "runs"
     for config in ("dt", "primal-dt"):
         run_dir = runs / "hopper-medium" / f"{config}-s0"
-        args = ["train", "--env", "hopper-medium", "--config", config, "--offline", "--no-progress",
-                "--run-dir", str(run_dir), "--steps", "10", "--device", DEVICE]  # fmt: skip
-        for setting in TINY:
-            args += ["--set", setting]
-        assert main(args) == 0
+        assert main(train_args(run_dir, 10, config=config)) == 0
         sweep = ["eval", "--ckpt", str(run_dir / "checkpoints" / "step_00000010.pt"),
                  "--target-sweep", "0:3000:3", "--episodes", "2", "--device", "cpu"]  # fmt: skip
         assert main(sweep) == 0

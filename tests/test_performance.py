@@ -15,6 +15,9 @@ from primal_dt.data.tasks import resolve_task
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.rundir import read_snapshot
 
+# Two blocks: softmax attention in the first, the Primal layer (its custom autograd Functions) in
+# the last, so the fast paths are checked on both.
+BOTH_ATTENTIONS = ('model.primal_blocks="last"',)
 # On CUDA also the mode gpu_check.sh times, which replays CUDA graphs (the same as default on CPU).
 COMPILE_MODES = ["default"] if DEVICE == "cpu" else ["default", "reduce-overhead"]
 
@@ -27,7 +30,8 @@ def test_compiled_training_matches_eager(minari_root, tmp_path, mode: str) -> No
     for compiled in (False, True):
         trainer = tiny_trainer(
             resolve_task("hopper-medium"), tmp_path / str(compiled), 3, "model.dropout=0.0",
-            f"train.compile={'true' if compiled else 'false'}", f'train.compile_mode="{mode}"',
+            *BOTH_ATTENTIONS, f"train.compile={'true' if compiled else 'false'}",
+            f'train.compile_mode="{mode}"',
         )  # fmt: skip
         assert (trainer.forward_model is trainer.model) != compiled
         batches = [trainer.sampler.sample(16) for _ in range(3)]
@@ -49,7 +53,7 @@ def test_compiled_training_matches_eager(minari_root, tmp_path, mode: str) -> No
 def test_training_steps_never_wait_for_the_gpu(minari_root, tmp_path) -> None:
     """Sampling, forward, backward, clipping and the optimiser step queue work on the GPU without
     ever reading a value back: CUDA's sync debug mode turns any synchronisation into an error."""
-    trainer = tiny_trainer(resolve_task("hopper-medium"), tmp_path / "run", 10)
+    trainer = tiny_trainer(resolve_task("hopper-medium"), tmp_path / "run", 10, *BOTH_ATTENTIONS)
     trainer.train_step(trainer.sampler.sample(16))  # first step: lazy initialisation may sync
     torch.cuda.set_sync_debug_mode("error")
     try:

@@ -12,25 +12,20 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TINY
+from conftest import train_args
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 
 from primal_dt.cli import main
 from primal_dt.evaluation import plots
 
-SETTINGS = (*TINY, "eval.final_episodes=1", "eval.targets=[1800.0]")
-
 
 @pytest.fixture(scope="module")
 def trained(minari_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One tiny dt run of hopper-medium, seed 0, 10 steps, with a return-conditioning curve."""
     run = tmp_path_factory.mktemp("trained") / "run"
-    args = ["train", "--env", "hopper-medium", "--config", "dt", "--seed", "0", "--run-dir",
-            str(run), "--steps", "10", "--device", "cpu", "--offline", "--no-progress"]  # fmt: skip
-    for setting in SETTINGS:
-        args += ["--set", setting]
-    assert main(args) == 0
+    extra = ("eval.final_episodes=1", "eval.targets=[1800.0]", "train.seed=0")
+    assert main(train_args(run, 10, *extra, config="dt")) == 0
     sweep = ["eval", "--ckpt", str(run / "checkpoints" / "step_00000010.pt"),
              "--target-sweep", "0:3000:2", "--episodes", "1", "--device", "cpu"]  # fmt: skip
     assert main(sweep) == 0

@@ -140,7 +140,7 @@ class EvalConfig:
     # evaluates it, training waiting meanwhile; "external": snapshots are only queued in the run
     # directory, for `primal-dt eval --watch RUN_DIR` (e.g. on another machine).
     service: str = "process"
-    device: str = "auto"  # where the evaluating model runs: auto, cpu, cuda or cuda:N
+    device: str = "auto"  # where the evaluating model runs: auto (train.device), cpu, cuda, cuda:N
     # Episodes per target rendered to RUN_DIR/videos (and TensorBoard) at the final evaluation.
     video_episodes: int = 0
 

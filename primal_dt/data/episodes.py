@@ -265,6 +265,7 @@ class WindowSampler:
         self.timesteps = put(timesteps, torch.long)
         self.episode_ends = put(np.cumsum(lengths), torch.long)
         self.offsets = torch.arange(context_len, device=self.device)
+        self.seed = seed
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
 
@@ -290,8 +291,18 @@ class WindowSampler:
             mask=mask,
         )
 
-    def state_dict(self) -> dict[str, Tensor]:
-        return {"generator": self.generator.get_state()}
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator.get_state(), "device": self.device.type}
 
-    def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        self.generator.set_state(state["generator"])
+    def load_state_dict(self, state: dict[str, Any], step: int) -> bool:
+        """Continue from a saved state: exactly where it was saved on this device type (True).
+        A CPU generator's state and a CUDA one's have different forms, so a state saved on the
+        other type cannot be continued: the generator is then seeded from the run's seed and the
+        step (False), and the batches from here on differ from the uninterrupted run's."""
+        saved = state["generator"]
+        same_kind = saved.numel() == self.generator.get_state().numel()
+        if state.get("device", self.device.type) == self.device.type and same_kind:
+            self.generator.set_state(saved)
+            return True
+        self.generator.manual_seed((self.seed * 1_000_003 + step) % 2**63)
+        return False

@@ -117,10 +117,12 @@ def train_sac_replay(
     eval_every: int = 5000,
     eval_episodes: int = 5,
     learning_starts: int = 10000,
-    device: str = "auto",
+    device: str = "cpu",
     log: Callable[[str], None] = lambda message: None,
 ) -> SacTraining:
-    """Train SAC (Stable-Baselines3 defaults) in env_id, recording every transition it makes."""
+    """Train SAC (Stable-Baselines3 defaults) in env_id, recording every transition it makes. On
+    the CPU by default, as recording.py records: SB3's CUDA path would also set cuDNN's global
+    flags in this process."""
     recorder = EpisodeRecorder(make_env(env_id))
     eval_env = DummyVecEnv([lambda: Monitor(make_env(env_id))])
     eval_env.seed(seed + 1)

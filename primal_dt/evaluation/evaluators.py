@@ -237,7 +237,11 @@ def make_evaluator(config: Config, run: RunDir) -> RunEvaluator:
     Its device is checked now, not at the first evaluation."""
     if not (config.train.eval_every or config.eval.final_episodes):
         return RunEvaluator(run, EvalOptions())
-    options = EvalOptions(device=config.eval.device, workers=config.eval.workers)
+    # eval.device "auto": the training device (cuda:1 where training is on cuda:1), so that the
+    # policy acts where, and in the precision, it trained.
+    auto = config.eval.device == "auto"
+    device = config.train.device if auto else config.eval.device
+    options = EvalOptions(device=device, workers=config.eval.workers)
     if config.eval.service != "external":
         resolve_device(options.device, "eval.device")
     return EVALUATORS[config.eval.service](run, options)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from primal_dt.common.config import check_device_name
-from primal_dt.common.device import autocast
+from primal_dt.common.device import autocast, autocast_dtype
 from primal_dt.common.errors import CheckpointError, ConfigError
 from primal_dt.evaluation.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
 from primal_dt.method.model import DecisionTransformer, evaluating
@@ -44,10 +44,13 @@ def make_vector(
     drawn = {"render_mode": "rgb_array", "camera_name": "track"} if render else {}
     make = partial(task.make_env, **drawn)
     if workers > 1:
+        # A process forked from one that holds CUDA inherits a CUDA context it cannot use: where
+        # CUDA is live, the workers start fresh (spawn); elsewhere they fork, which is faster.
         return gym.vector.AsyncVectorEnv(
             [make] * num_envs,
             autoreset_mode=gym.vector.AutoresetMode.DISABLED,
             max_concurrency=workers,
+            context="spawn" if torch.cuda.is_initialized() else None,
         )
     return gym.vector.SyncVectorEnv(
         [make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.DISABLED
@@ -320,6 +323,8 @@ def evaluation_record(
         score=best.return_mean if best.normalized_mean is None else best.normalized_mean,
         seconds=round(time.perf_counter() - start, 2),
         dataset_best_return=task.dataset_best_return,
+        device=str(policy.device),
+        precision="bf16" if autocast_dtype(policy.precision, policy.device) else "fp32",
     )
 
 

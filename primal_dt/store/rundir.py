@@ -396,9 +396,9 @@ class TrainingState:
 
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
-    sampler: dict[str, Tensor]
+    sampler: dict[str, Any]
     rng_torch: Tensor
-    rng_cuda: list[Tensor]
+    rng_cuda: list[Tensor]  # the training device's CUDA generator state; empty on a CPU
     pending_sums: dict[str, Tensor]  # by metric name (the trainer's train_step names them)
     pending_count: int
     results_shown: int | None = None  # None: not recorded (older checkpoints): print none

@@ -67,7 +67,7 @@ class EvaluationFailed(PrimalDTError):
 
 def action_loss(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean squared error over the action entries of real (unpadded) steps."""
-    weights = mask.unsqueeze(-1).to(predicted.dtype)
+    weights = mask.unsqueeze(-1).float()  # counted in float32: a bf16 count rounds (1279 -> 1280)
     squared = (predicted.float() - target) ** 2 * weights
     return squared.sum() / (weights.sum() * predicted.shape[-1]).clamp(min=1.0)
 
@@ -97,6 +97,8 @@ class Trainer:
 
     def __post_init__(self) -> None:
         self.locks = [RunLock(self.run_dir, "train"), *self.evaluator.locks]
+        self.on_cuda = self.device.type == "cuda"
+        self.notes: list[str] = []  # to say when training starts
         if self.forward_model is None:
             self.forward_model = self.model
 
@@ -120,7 +122,7 @@ class Trainer:
                 scheduler=self.scheduler.state_dict(),
                 sampler=self.sampler.state_dict(),
                 rng_torch=torch.get_rng_state(),
-                rng_cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                rng_cuda=[torch.cuda.get_rng_state(self.device)] if self.on_cuda else [],
                 pending_sums={name: value.cpu() for name, value in self.pending.items()},
                 pending_count=self.pending_count,
                 results_shown=self.evaluator.shown,
@@ -166,7 +168,7 @@ class Trainer:
             self.model.load_state_dict(snapshot.weights)
             self.optimizer.load_state_dict(state.optimizer)
             self.scheduler.load_state_dict(state.scheduler)
-            self.sampler.load_state_dict(state.sampler)
+            exact = self.sampler.load_state_dict(state.sampler, snapshot.step)
         except (KeyError, RuntimeError, ValueError) as err:
             raise CheckpointError(
                 f"checkpoint does not match the model: {first_line(err)}"
@@ -174,8 +176,13 @@ class Trainer:
         self.state_mean = snapshot.state_mean.numpy()
         self.state_std = snapshot.state_std.numpy()
         torch.set_rng_state(state.rng_torch)
-        if state.rng_cuda and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state.rng_cuda)
+        if self.on_cuda and exact and state.rng_cuda:
+            torch.cuda.set_rng_state(state.rng_cuda[0], self.device)
+        if not exact:
+            self.notes.append(
+                f"resumed on {self.device.type} from a checkpoint saved on another device type: "
+                f"training goes on, but cannot end bit-identical to an uninterrupted run"
+            )
         self.step = snapshot.step
         self.pending = {name: value.to(self.device) for name, value in state.pending_sums.items()}
         self.pending_count = state.pending_count
@@ -219,6 +226,8 @@ class Trainer:
             stack.callback(self.release)
             writer, bar = self._open(stack, progress)
             say = partial(bar.write, file=sys.stderr)  # above the bar
+            for note in self.notes:
+                say(note)
             stack.enter_context(self.evaluator)
             self.evaluator.collect(say)  # a resumed run's results never printed before
             if self.step >= cfg.steps and self.evaluator.needs_final(
