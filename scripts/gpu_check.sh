@@ -27,6 +27,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, time it, rememb
     local start=$SECONDS
     timeout "$limit" "$@" || { echo "=== $name FAILED (exit $?; 124: over ${limit} s)"; status=1; }
     echo "=== $name took $((SECONDS - start)) s"
+    if [ -n "${OUT:-}" ]; then cp README.md "$OUT/"; fi  # on a device call: the tables so far
 }
 first=(tests/test_attention.py tests/test_model.py tests/test_performance.py)
 left_out=(--ignore=tests/test_video.py --deselect tests/test_sweep.py::test_sweep_on_a_local_ray_instance)
