@@ -139,7 +139,13 @@ def test_sampler_is_reproducible_and_resumable() -> None:
     first.sample(8)
     state = first.state_dict()
     expected = first.sample(8)
-    second.load_state_dict(state)
+    assert second.load_state_dict(state, step=1)  # exactly, on the same device type
     again = second.sample(8)
     for a, b in zip(expected, again, strict=True):
+        assert torch.equal(a, b)
+    # A state from the other device type (a CUDA generator's is 16 bytes) cannot be continued:
+    # the generator is seeded from the seed and the step, the same for the same step.
+    other = {"generator": torch.zeros(16, dtype=torch.uint8), "device": "cuda"}
+    assert not first.load_state_dict(other, step=1) and not second.load_state_dict(other, step=1)
+    for a, b in zip(first.sample(8), second.sample(8), strict=True):
         assert torch.equal(a, b)
