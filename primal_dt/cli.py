@@ -83,7 +83,7 @@ def _eval(args: argparse.Namespace) -> int:
         return 0
     records = evaluate_checkpoints(
         args.ckpt, options, device, every=args.all, curve=bool(args.target_sweep),
-        say=lambda line: print(line, file=sys.stderr),
+        say=lambda line: print(line, file=sys.stderr), quiet=args.json,
     )  # fmt: skip
     if args.json:
         print(json.dumps([record.to_dict() for record in records], indent=1))

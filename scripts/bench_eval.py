@@ -19,6 +19,7 @@ a percent. tests/test_evaluation.py checks the two equal on short episodes.)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -32,10 +33,12 @@ from readme_table import publish
 from primal_dt.common.config import load_config, named_config_path
 from primal_dt.data.tasks import quiet_mujoco_warnings
 from primal_dt.evaluation.rollout import (
+    EvalOptions,
     Job,
     Policy,
     load_policy,
     make_jobs,
+    plan_evaluation,
     rollout,
 )
 from primal_dt.method.model import DecisionTransformer
@@ -119,7 +122,9 @@ def main() -> None:
     device = torch.device(args.device)
     if args.ckpt:
         snapshot = read_snapshot(args.ckpt)
-        policies = {args.ckpt: (load_policy(snapshot, device, args.ckpt), snapshot.task)}
+        targets = plan_evaluation(snapshot, EvalOptions()).targets  # the run's, as it evaluates
+        task = dataclasses.replace(snapshot.task, eval_targets=targets)
+        policies = {args.ckpt: (load_policy(snapshot, device, args.ckpt), task)}
     else:
         policies = {
             size_label(spec): untrained_policy(spec, device) for spec in args.configs.split(",")

@@ -9,13 +9,13 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from primal_dt.common.config import ModelConfig, load_config
 from primal_dt.data.recording import random_policy, record_episodes, sb3_policy, write_dataset
 from primal_dt.data.tasks import Task
 from primal_dt.evaluation.rollout import Policy
 from primal_dt.method.model import DecisionTransformer
+from primal_dt.store.dashboards import read_scalars
 from primal_dt.store.rundir import TaskRecord
 from primal_dt.training.launch import start_run
 from primal_dt.training.trainer import Trainer
@@ -135,10 +135,9 @@ def train_args(run_dir: Path, steps: int, *extra: str, config: str | None = None
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of a run as TensorBoard's own reader sees it: (step, value) per tag."""
-    events = EventAccumulator(str(run_dir))
-    events.Reload()
     return {
-        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+        tag: [(step, value) for step, value, _ in points]
+        for tag, points in read_scalars(run_dir).items()
     }
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from primal_dt.cli import main
 from primal_dt.evaluation.rollout import EvalOptions
 from primal_dt.evaluation.service import Evaluator
 from primal_dt.store.results import read_results
-from primal_dt.store.rundir import RunDir, RunLock, read_snapshot
+from primal_dt.store.rundir import EvalRequest, RunDir, RunLock, read_snapshot, write_snapshot
 from primal_dt.tools.report import read_run
 
 STEPS = 100
@@ -254,3 +256,41 @@ def test_the_evaluation_process_yields_the_cpu() -> None:
     code = "import os; from primal_dt.common.cpu import yield_cpu; yield_cpu(); print(os.nice(0))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "19", result.stderr
+
+
+def test_a_resume_after_the_checkpoint_prints_each_result_once(minari_root, tmp_path) -> None:
+    """Resumed from an earlier checkpoint (as after a SIGKILL), the results recorded after it are
+    dropped, made again and printed once; the final table is printed."""
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 20, "train.eval_every=10", "train.ckpt_every=10",
+                           "eval.episodes=1", "eval.final_episodes=1")) == 0  # fmt: skip
+    shutil.copy(run_dir / "checkpoints" / "step_00000010.pt", run_dir / "ckpt.pt")
+    process = start(["train", "--resume", str(run_dir), "--no-progress"])
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    assert output.count("step 20: final evaluation over 1 episodes") == 1, output
+    # Recorded after the checkpoint of step 10 was saved, so it may not have been printed: once.
+    assert output.count("step 10: evaluation over") == 1, output
+    assert [(r.step, r.final) for r in read_results(RunDir(run_dir))] == [(10, False), (20, True)]
+    assert "3600.0" in output  # the final table
+
+
+def test_a_final_evaluation_still_queued_is_waited_for_on_resume(minari_root, tmp_path) -> None:
+    """Stopped while its final snapshot waited in the queue: --resume evaluates it, prints the
+    table, and fails (exit 1) if that evaluation fails."""
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 10, "eval.final_episodes=1")) == 0
+    run = RunDir(run_dir)
+    snapshot = read_snapshot(run_dir)
+    write_snapshot(run.queued(10), replace(snapshot, request=EvalRequest(1, True), training=None))
+    run.results.unlink()  # the final record never came
+    process = start(["train", "--resume", str(run_dir), "--no-progress"])
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    assert "step 10: final evaluation over 1 episodes" in output and "3600.0" in output
+    run.queued(10).write_bytes(b"not a snapshot")  # now the final evaluation fails
+    run.results.unlink()
+    process = start(["train", "--resume", str(run_dir), "--no-progress"])
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 1, output
+    assert "final evaluation failed" in output

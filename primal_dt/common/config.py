@@ -94,8 +94,8 @@ class TrainConfig:
     compile_mode: str = "default"
     # "auto": bf16 autocast on CUDA, float32 on a CPU; "bf16" or "fp32" force one (device.py).
     precision: str = "auto"
-    # CPU threads for training; 0: automatic (cpu.py: OMP_NUM_THREADS, else one per usable core,
-    # one fewer while our own evaluation process evaluates on the same CPU).
+    # CPU threads for training, fixed for the whole run; 0: automatic (cpu.py: OMP_NUM_THREADS,
+    # else one per usable core).
     threads: int = 0
 
     def validate(self) -> None:

@@ -41,14 +41,20 @@ def evaluate_checkpoints(
     every: bool = False,
     curve: bool = False,
     say: Callable[[str], None] = print,
+    quiet: bool = False,
 ) -> list[EvalRecord]:
     """Each checkpoint file given, or each run directory's latest checkpoint (every: all it
-    keeps), evaluated in turn; videos go to the run's videos/, and with `curve` the run keeps the
-    return-conditioning curve (conditioning.py). Progress goes to `say`."""
+    keeps), evaluated in turn, on a CPU with one thread as every evaluation is there (so the
+    numbers logged in training repeat); videos go to the run's videos/, and with `curve` the run
+    keeps the return-conditioning curve (conditioning.py), whose file is said; unless quiet, so
+    is each checkpoint's time."""
+    if device.type == "cpu":
+        torch.set_num_threads(1)
     records = []
     for path in [p for name in given for p in checkpoints_to_evaluate(name, every)]:
         record = evaluate_checkpoint(path, options, device, folder_of(path).videos)
-        say(f"evaluated {path} in {record.seconds:.1f} s")
+        if not quiet:
+            say(f"evaluated {path} in {record.seconds:.1f} s")
         if curve:
             say(f"return-conditioning curve: {write_curve(folder_of(path), record)}")
         records.append(record)

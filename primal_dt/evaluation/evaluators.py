@@ -22,8 +22,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -41,19 +41,21 @@ Say = Callable[[str], None]
 
 class RunEvaluator:
     """The interface, and the evaluator of a run that evaluates nothing (eval_every and
-    final_episodes both 0). A context manager: leaving it on an error stops what is running."""
+    final_episodes both 0). A context manager: leaving it on an error stops what is running.
+    Snapshots go to the run's file queue unless an evaluator evaluates them itself."""
 
-    def __init__(self, run: RunDir, options: EvalOptions) -> None:
-        self.run, self.options = run, options
+    def __init__(self, run: RunDir, options: EvalOptions, device: torch.device) -> None:
+        self.run, self.options, self.device = run, options, device
         self.locks: list[RunLock] = []  # the run directory's writer locks it needs (trainer takes)
+        self._shown_before: int | None = None
         self._tail: ResultsTail | None = None
         self._arrived: list[EvalRecord] = []
         self._final: Snapshot | None = None
 
     def resume(self, shown: int | None) -> None:
         """For a resumed run: the first `shown` records of eval.jsonl were said before (None: all
-        it holds now); the next collect says the rest."""
-        self._tail = ResultsTail(self.run, shown)
+        it holds when the evaluator starts); the first collect says the rest."""
+        self._shown_before = shown
 
     @property
     def shown(self) -> int | None:
@@ -61,8 +63,8 @@ class RunEvaluator:
         return None if self._tail is None else self._tail.shown
 
     def __enter__(self) -> RunEvaluator:
-        if self._tail is None:  # a new run: whatever eval.jsonl holds was said by no one here
-            self._tail = ResultsTail(self.run)
+        # Read eval.jsonl only now: a resume rewrites it (drop_results_after) before training.
+        self._tail = ResultsTail(self.run, self._shown_before)
         return self
 
     def __exit__(
@@ -81,7 +83,7 @@ class RunEvaluator:
         self._hand_over(snapshot)
 
     def _hand_over(self, snapshot: Snapshot) -> None:
-        raise NotImplementedError
+        queue_snapshot(self.run, snapshot)
 
     def collect(self, say: Say) -> None:
         for line in self._notes():
@@ -94,36 +96,48 @@ class RunEvaluator:
     def _notes(self) -> list[str]:
         return []
 
-    def finish(self, say: Say) -> EvalRecord | None:
-        """Wait for what was submitted, say what arrived; the record of the final evaluation
-        (or of its failure), None where none was submitted or nobody here evaluates it."""
-        self._wait(say)
+    def finish(self, say: Say, step: int) -> EvalRecord | None:
+        """Wait for what was submitted or is queued, say what arrived; the record of the final
+        evaluation of the checkpoint at `step` (or of its failure), None where there is none."""
+        self._wait(say, step)
         self.collect(say)
-        if self._final is None:
-            return None
-        step = self._final.step
         found = [r for r in self._arrived if r.step == step and (r.final or r.error is not None)]
         return found[-1] if found else None
 
-    def _wait(self, say: Say) -> None:
+    def _wait(self, say: Say, step: int) -> None:
         pass
+
+
+@contextmanager
+def isolated_from_training(device: torch.device) -> Iterator[None]:
+    """Evaluation inside the training process as if it were a process of its own: building a
+    policy's model draws from torch's random generators, and training's must go on as if nothing
+    had been evaluated; on a CPU it runs with one thread, as every evaluation does there, and
+    training's thread count is restored after it."""
+    threads = torch.get_num_threads()
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        if device.type == "cpu":
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
 
 
 class InlineEvaluator(RunEvaluator):
     """Evaluates at submit, in this process; snapshots left queued by an earlier evaluator of the
     run are evaluated when it starts."""
 
-    def __init__(self, run: RunDir, options: EvalOptions) -> None:
-        super().__init__(run, options)
+    def __init__(self, run: RunDir, options: EvalOptions, device: torch.device) -> None:
+        super().__init__(run, options, device)
         self.locks = [RunLock(run, "eval")]
         self._evaluator: Evaluator | None = None
         self._pending_notes: list[str] = []
 
     def __enter__(self) -> InlineEvaluator:
         super().__enter__()
-        device = resolve_device(self.options.device, "eval.device")
-        self._evaluator = Evaluator(self.run, self.options, device, self._pending_notes.append)
-        with self._training_rng_untouched():
+        self._evaluator = Evaluator(self.run, self.options, self.device, self._pending_notes.append)
+        with isolated_from_training(self.device):
             self._evaluator.evaluate_queue()
         return self
 
@@ -133,14 +147,8 @@ class InlineEvaluator(RunEvaluator):
 
     def _hand_over(self, snapshot: Snapshot) -> None:
         assert self._evaluator is not None, "submit inside `with evaluator:`"
-        with self._training_rng_untouched():
+        with isolated_from_training(self.device):
             self._evaluator.evaluate_snapshot(snapshot, name=str(self.run))
-
-    def _training_rng_untouched(self) -> AbstractContextManager[Any]:
-        """Building a policy's model draws from torch's random generators: training's must go on
-        as if nothing had been evaluated (same seed, same weights, whatever evaluates)."""
-        device = resolve_device(self.options.device, "eval.device")
-        return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
 
     def _notes(self) -> list[str]:
         notes, self._pending_notes[:] = list(self._pending_notes), []
@@ -149,16 +157,16 @@ class InlineEvaluator(RunEvaluator):
 
 class BackgroundEvaluator(RunEvaluator):
     """A process beside training (spawned, so CUDA is safe) evaluates the run's file queue; its
-    notes come back through a pipe. Restarted when it dies; if it fails with work left at the
+    notes come back through a queue. Restarted when it dies; if it fails with work left at the
     end, the rest is evaluated here rather than lost."""
 
-    def __init__(self, run: RunDir, options: EvalOptions) -> None:
-        super().__init__(run, options)
+    def __init__(self, run: RunDir, options: EvalOptions, device: torch.device) -> None:
+        super().__init__(run, options, device)
         self.locks = [RunLock(run, "eval")]
         self._context = multiprocessing.get_context("spawn")
         self._finish = self._context.Event()
-        self._notes_queue = self._context.Queue()
         self._process: Any = None
+        self._notes_queue: Any = None
 
     def __enter__(self) -> BackgroundEvaluator:
         super().__enter__()
@@ -171,6 +179,8 @@ class BackgroundEvaluator(RunEvaluator):
             self._process.join(timeout=10)
 
     def _start(self) -> None:
+        # A fresh queue each time: a process killed in the middle of a put may leave it locked.
+        self._notes_queue = self._context.Queue()
         # Not a daemon: eval.workers > 1 starts environment processes of its own.
         self._process = self._context.Process(
             target=serve,
@@ -179,16 +189,16 @@ class BackgroundEvaluator(RunEvaluator):
         )
         self._process.start()
 
-    def _hand_over(self, snapshot: Snapshot) -> None:
-        queue_snapshot(self.run, snapshot)
-
-    def _notes(self) -> list[str]:
+    def _drained(self) -> list[str]:
         notes = []
         while True:
             try:
                 notes.append(self._notes_queue.get_nowait())
             except queue.Empty:
-                break
+                return notes
+
+    def _notes(self) -> list[str]:
+        notes = self._drained()
         if not self._process.is_alive() and not self._finish.is_set():
             notes.append(
                 f"evaluation process exited with code {self._process.exitcode}; restarting it"
@@ -196,26 +206,28 @@ class BackgroundEvaluator(RunEvaluator):
             self._start()
         return notes
 
-    def _wait(self, say: Say) -> None:
-        if self._final is not None:
-            episodes = self._final.request.episodes if self._final.request else 0
-            say(f"training done; waiting for the final evaluation ({episodes} episodes per target)")
+    def _wait(self, say: Say, step: int) -> None:
+        if self.run.queued(step).exists():
+            episodes = self._final.request.episodes if self._final and self._final.request else None
+            per_target = f" ({episodes} episodes per target)" if episodes else ""
+            say(f"training done; waiting for the final evaluation{per_target}")
         self._finish.set()
-        self._process.join()
+        while self._process.is_alive():  # reading its notes, so that it never blocks on a full pipe
+            for note in self._drained():
+                say(note)
+            self._process.join(timeout=0.2)
+        for note in self._drained():
+            say(note)
         if self._process.exitcode != 0 and self.run.queued_snapshots():
             say("evaluation process failed; evaluating the rest here")
-            device = resolve_device(self.options.device, "eval.device")
-            with Evaluator(self.run, self.options, device, say) as evaluator:
+            with Evaluator(self.run, self.options, self.device, say) as evaluator:
                 evaluator.evaluate_queue()
 
 
 class ExternalEvaluator(RunEvaluator):
     """Only queues the snapshots, for `primal-dt eval --watch RUN_DIR` on another machine."""
 
-    def _hand_over(self, snapshot: Snapshot) -> None:
-        queue_snapshot(self.run, snapshot)
-
-    def finish(self, say: Say) -> EvalRecord | None:
+    def finish(self, say: Say, step: int) -> EvalRecord | None:
         self.collect(say)
         if self.run.queued_snapshots():
             say(
@@ -234,14 +246,14 @@ EVALUATORS: dict[str, type[RunEvaluator]] = {
 
 def make_evaluator(config: Config, run: RunDir) -> RunEvaluator:
     """The run's evaluator, by eval.service; the plain RunEvaluator where nothing is evaluated.
-    Its device is checked now, not at the first evaluation."""
+    eval.device "auto" is the training device (cuda:1 where training is on cuda:1), so that the
+    policy acts where, and in the precision, it trained; it is checked now, not at the first
+    evaluation."""
     if not (config.train.eval_every or config.eval.final_episodes):
-        return RunEvaluator(run, EvalOptions())
-    # eval.device "auto": the training device (cuda:1 where training is on cuda:1), so that the
-    # policy acts where, and in the precision, it trained.
+        return RunEvaluator(run, EvalOptions(), torch.device("cpu"))
     auto = config.eval.device == "auto"
-    device = config.train.device if auto else config.eval.device
-    options = EvalOptions(device=device, workers=config.eval.workers)
-    if config.eval.service != "external":
-        resolve_device(options.device, "eval.device")
-    return EVALUATORS[config.eval.service](run, options)
+    name = config.train.device if auto else config.eval.device
+    options = EvalOptions(device=name, workers=config.eval.workers)
+    external = config.eval.service == "external"  # evaluated elsewhere: nothing to check here
+    device = torch.device("cpu") if external else resolve_device(name, "eval.device")
+    return EVALUATORS[config.eval.service](run, options, device)

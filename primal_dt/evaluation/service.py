@@ -234,12 +234,16 @@ def watch(
 ) -> None:
     """`primal-dt eval --watch`: evaluate queued snapshots and newly saved checkpoints as they
     appear, until interrupted (or until stop() says so)."""
-    if not RunDir(run_dir).config_file.is_file():
+    run = RunDir(run_dir)
+    if not any(path.exists() for path in (run.config_file, run.checkpoint, run.queue)):
         raise PrimalDTError(
             f"--watch: {run_dir} is not a primal-dt run directory (it has no "
-            f"{RunDir(run_dir).config_file.name}); give the run directory that train prints"
+            f"{run.config_file.name}, {run.checkpoint.name} or {run.queue.name}); give the run "
+            f"directory that train prints"
         )
     lock = RunLock(RunDir(run_dir), "eval").acquire()  # one evaluator per run
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # as every evaluation on a CPU: the numbers training logs
     log(f"watching {run_dir} for checkpoints (Ctrl-C stops)")
     try:
         with Evaluator(RunDir(run_dir), options, device, log) as evaluator:

@@ -8,6 +8,7 @@ read them. A line cut short by a crash is skipped.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -109,15 +110,16 @@ def append_result(run: RunDir, record: EvalRecord) -> None:
     record would be glued onto."""
     line = (json.dumps(record.to_dict()) + "\n").encode()
     fd = os.open(run.results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    written = 0
     try:
-        written = os.write(fd, line)
-        if written < len(line):  # a full disk takes what fits: the rest's write says why
-            try:
-                os.write(fd, line[written:])
-            except OSError:
-                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - written)
-                raise
+        while written < len(line):  # a full disk takes what fits: the next write says why
+            count = os.write(fd, line[written:])
+            if count == 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written += count
     except OSError as err:
+        if written:
+            os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - written)
         raise OSError(err.errno, err.strerror, str(run.results)) from None
     finally:
         os.close(fd)
@@ -126,7 +128,10 @@ def append_result(run: RunDir, record: EvalRecord) -> None:
 def drop_results_after(run: RunDir, step: int) -> None:
     """A resumed run trains those steps again, and their evaluations with them."""
     if run.results.exists():
-        kept = [r for r in read_results(run) if r.step <= step]
+        records = read_results(run)
+        kept = [r for r in records if r.step <= step]
+        if len(kept) == len(records):
+            return  # nothing after the checkpoint: the file stays as it was
         text = "".join(json.dumps(r.to_dict()) + "\n" for r in kept)
         atomic_write(run.results, lambda file: file.write(text.encode()))
 

@@ -101,9 +101,10 @@ def resume_run(path: Path, steps: int | None = None, download: bool | None = Non
     """Continue the run in `path` (a run directory or its ckpt.pt) from its checkpoint, to its
     configured or to `steps` steps, or only to its final evaluation where that is what is left."""
     run = run_of(path)
-    holder = RunLock(run, "train").holder()
+    lock = RunLock(run, "train")
+    holder = lock.holder()
     if holder is not None:  # also before its first checkpoint, when nothing else says it is a run
-        raise RunLock(run, "train").busy(holder)
+        raise lock.busy(holder)
     snapshot = read_snapshot(run.path)
     config = snapshot.config
     if steps is not None:

@@ -103,9 +103,14 @@ class Trainer:
             self.forward_model = self.model
 
     def hold(self) -> None:
-        """Take the run directory's locks (see RunLock): a second writer is refused."""
-        for lock in self.locks:
-            lock.acquire()
+        """Take the run directory's locks (see RunLock): a second writer is refused, and then
+        none of them is kept."""
+        try:
+            for lock in self.locks:
+                lock.acquire()
+        except BaseException:
+            self.release()
+            raise
 
     def release(self) -> None:
         for lock in self.locks:
@@ -177,7 +182,9 @@ class Trainer:
         self.state_std = snapshot.state_std.numpy()
         torch.set_rng_state(state.rng_torch)
         if self.on_cuda and exact and state.rng_cuda:
-            torch.cuda.set_rng_state(state.rng_cuda[0], self.device)
+            # One state: the training device's. Older checkpoints kept one per visible GPU.
+            index = self.device.index or 0 if len(state.rng_cuda) > 1 else 0
+            torch.cuda.set_rng_state(state.rng_cuda[index], self.device)
         if not exact:
             self.notes.append(
                 f"resumed on {self.device.type} from a checkpoint saved on another device type: "
@@ -252,7 +259,11 @@ class Trainer:
                 if stop.signum is not None:
                     raise self._interrupted(stop.signum)
             writer.flush()
-            return self._final(self.evaluator.finish(say))
+            shown = self.evaluator.shown
+            final = self.evaluator.finish(say, self.step)
+            if self.evaluator.shown != shown:  # what it printed since the last save counts too
+                self.save()
+            return self._final(final)
 
     def accumulate(self, metrics: Metrics) -> None:
         """Add one step's metrics to the sums the next log averages."""
