@@ -190,8 +190,9 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
     table = capsys.readouterr().out
     report = runs / "report"
     written = sorted(p.name for p in report.iterdir())
-    assert written == ["curves_hopper-expert.png", "curves_hopper-medium.png", "report.csv",
-                       "report.md", "spectrum_hopper-expert.png", "spectrum_hopper-medium.png"]  # fmt: skip
+    assert written == ["aggregates.png", "curves_hopper-expert.png", "curves_hopper-medium.png",
+                       "performance_profile.png", "report.csv", "report.md",
+                       "spectrum_hopper-expert.png", "spectrum_hopper-medium.png"]  # fmt: skip
     for png in report.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     rows = list(csv.DictReader((report / "report.csv").open()))

@@ -167,6 +167,55 @@ def conditioning_figure(panels: dict[str, list[CurvePoints]], title: str, refere
     return figure
 
 
+def interval_figure(
+    title: str,
+    metrics: Sequence[str],
+    points: dict[str, Sequence[float]],
+    intervals: dict[str, np.ndarray | None],
+    xlabel: str,
+) -> Any:
+    """A panel per metric, a row per label: its point estimate (a black line) and its interval (a
+    bar from intervals[label][0, metric] to [1, metric]; none where intervals[label] is None), as
+    rliable's plot_interval_estimates draws them, without pyplot or seaborn."""
+    labels = list(points)
+    figure, axes = _figure(3.2 * len(metrics), 1.8 + 0.5 * len(labels), columns=len(metrics))
+    for j, (ax, metric) in enumerate(zip(axes, metrics, strict=True)):
+        for i, label in enumerate(labels):
+            interval = intervals.get(label)
+            if interval is not None:
+                low, high = interval[0][j], interval[1][j]
+                ax.barh(i, high - low, left=low, height=0.6, color=_color(i), alpha=0.7)
+            ax.vlines(points[label][j], i - 0.3, i + 0.3, color="black", linewidth=2)
+        ax.set(title=metric, xlabel=xlabel, ylim=(-0.6, len(labels) - 0.4))
+        ax.set_yticks(range(len(labels)), labels if j == 0 else [])
+        ax.grid(axis="x", alpha=0.3)
+    _suptitle(figure, title)
+    return figure
+
+
+def profile_figure(
+    title: str,
+    taus: np.ndarray,
+    profiles: dict[str, np.ndarray],
+    bands: dict[str, np.ndarray | None],
+) -> Any:
+    """Performance profiles: per label, the fraction of runs with a score above τ, against τ, with
+    a band from bands[label][0] to [1] where it is not None."""
+    figure, (ax,) = _figure(6.0, 4.2)
+    for i, (label, profile) in enumerate(profiles.items()):
+        ax.plot(taus, profile, color=_color(i), label=label)
+        band = bands.get(label)
+        if band is not None:
+            ax.fill_between(taus, band[0], band[1], color=_color(i), alpha=0.2, linewidth=0)
+    ax.set(
+        xlabel="normalised score τ", ylabel="fraction of runs with score > τ", ylim=(-0.02, 1.02)
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    _suptitle(figure, title)
+    return figure
+
+
 def save(figure: Any, path: Path) -> Path:
     figure.savefig(path)
     return path

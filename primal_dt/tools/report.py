@@ -12,15 +12,29 @@ once (the one trained furthest) and named in the notes. Per group, over seeds:
 
 A score is the best target's normalised score, 100 (R - R_random) / (R_expert - R_random), or its
 return where no reference scores are known (marked). Missing pieces are marked, never fatal.
-Writes report.md, report.csv, curves_<task>.png, spectrum_<task>.png and, for runs with a target
-sweep, return_curve_<task>.png.
+
+Intervals come from rliable (Agarwal et al. 2021), never re-implemented here: a 95% percentile
+bootstrap CI of each group's final score over seeds; per config, the IQM, mean and optimality gap
+of the normalised final scores over tasks with stratified bootstrap CIs; the probability that
+primal-dt beats dt; performance profiles. BOOTSTRAP_REPS resamples, numpy's global generator seeded
+with BOOTSTRAP_SEED before each estimate: the same runs give the same numbers. Where a task has a
+counterpart in the Primal-Attention paper's D4RL table (paper_scores.toml), its numbers stand
+beside ours.
+
+Writes report.md, report.csv, curves_<task>.png, spectrum_<task>.png, for runs with a target
+sweep return_curve_<task>.png, and with normalised scores on at least 2 tasks aggregates.png and
+performance_profile.png.
 """
 
 from __future__ import annotations
 
 import csv
 import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +56,15 @@ from primal_dt.store.rundir import (
 
 
 class ReportError(PrimalDTError):
-    """Nothing to report on."""
+    """Nothing to report on, or rliable missing."""
+
+
+BOOTSTRAP_REPS = 2000  # bootstrap resamples of every interval
+BOOTSTRAP_SEED = 0  # numpy's global generator is seeded with it before every estimate
+METRICS = ("IQM", "mean", "optimality gap")
+GAMMA = 100.0  # the optimality gap's threshold: an expert's normalised score
+BETTER, BASELINE = "primal-dt", "dt"  # the probability of improvement is P(BETTER > BASELINE)
+NO_INTERVAL = "a confidence interval needs at least 2 seeds"
 
 
 @dataclass
@@ -236,6 +258,307 @@ def group(summaries: list[RunSummary]) -> list[Row]:
     return rows
 
 
+def _rliable() -> tuple[Any, Any]:
+    """(rliable.library, rliable.metrics)."""
+    try:
+        from rliable import library, metrics
+    except ImportError:
+        raise ReportError(
+            "the report's confidence intervals need rliable: pip install 'primal-dt[report]'"
+        ) from None
+    return library, metrics
+
+
+@contextmanager
+def _seeded() -> Iterator[None]:
+    """rliable draws its bootstrap resamples from numpy's global generator (not from the
+    random_state it accepts): seed it with BOOTSTRAP_SEED, and put the caller's state back after."""
+    state = np.random.get_state()
+    np.random.seed(BOOTSTRAP_SEED)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def _estimate(scores: Any, func: Callable[..., np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """rliable's (point estimates, 95% CIs (2, n)) of func on scores: a (seeds, tasks) matrix, or
+    a list of them for a function of several (each resampled on its own)."""
+    library, _ = _rliable()
+    with _seeded():
+        points, intervals = library.get_interval_estimates(
+            {"x": scores}, func, reps=BOOTSTRAP_REPS, confidence_interval_size=0.95
+        )
+    return np.asarray(points["x"]), np.asarray(intervals["x"])
+
+
+def seed_interval(values: list[float]) -> tuple[float, float] | None:
+    """The 95% bootstrap CI of the mean of values (one task's scores over seeds); None under 2."""
+    if len(values) < 2:
+        return None
+    _, metrics = _rliable()
+    _, ci = _estimate(np.array(values)[:, None], lambda s: np.array([metrics.aggregate_mean(s)]))
+    return float(ci[0, 0]), float(ci[1, 0])
+
+
+def score_matrix(
+    rows: list[Row], config: str, tasks: list[str] | None = None
+) -> tuple[np.ndarray, list[str], list[str]]:
+    """(scores, tasks, notes): config's normalised final scores as rliable takes them, a (seeds,
+    tasks) matrix over its tasks with normalised scores (of those in tasks, where given). A matrix
+    holds as many scores per task as the task with fewest has: each task's first by seed; notes
+    say which were left out."""
+    mine = {
+        row.task: row.final
+        for row in rows
+        if row.config == config and row.task != "average" and row.normalized and row.final
+        if tasks is None or row.task in tasks
+    }
+    if not mine:
+        return np.zeros((0, 0)), [], []
+    n = min(len(finals) for finals in mine.values())
+    notes = [
+        f"{task} ({config}): {len(finals) - n} of its {len(finals)} final scores left out of the "
+        f"aggregates (rliable needs as many seeds on every task: it keeps the first {n} by seed)"
+        for task, finals in mine.items()
+        if len(finals) > n
+    ]
+    return np.array([finals[:n] for finals in mine.values()]).T, list(mine), notes
+
+
+@dataclass
+class Aggregate:
+    """A config's IQM, mean and optimality gap (METRICS) over tasks of its normalised final scores."""
+
+    config: str
+    tasks: list[str]
+    scores: np.ndarray  # (seeds, tasks)
+    points: np.ndarray  # one per metric
+    intervals: np.ndarray | None  # (2, metrics): lower and upper bounds; None with one seed
+
+    def interval(self, metric: int) -> tuple[float, float] | None:
+        if self.intervals is None:
+            return None
+        return float(self.intervals[0, metric]), float(self.intervals[1, metric])
+
+    @property
+    def runs(self) -> str:
+        seeds, tasks = self.scores.shape
+        return f"{self.scores.size} runs ({seeds} seed{'s' * (seeds > 1)} × {tasks} tasks)"
+
+
+@dataclass
+class Improvement:
+    """P(a BETTER run scores above a BASELINE run on the same task), averaged over tasks."""
+
+    tasks: list[str]
+    runs: tuple[int, int]  # BETTER's, BASELINE's
+    point: float
+    interval: tuple[float, float] | None  # None under 2 seeds of either config
+
+
+def aggregates(rows: list[Row]) -> tuple[list[Aggregate], list[str]]:
+    """(aggregates, notes): per config with normalised final scores on at least 2 tasks, METRICS
+    with stratified bootstrap 95% CIs (with at least 2 seeds per task); notes say what was left
+    out and why."""
+    _, metrics = _rliable()
+
+    def func(scores: np.ndarray) -> np.ndarray:
+        return np.array([
+            metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores),
+            metrics.aggregate_optimality_gap(scores, GAMMA),
+        ])  # fmt: skip
+
+    notes = [
+        f"{row.task} ({row.config}): no reference scores, so no normalised score: left out of the "
+        "aggregates"
+        for row in rows
+        if row.task != "average" and not row.normalized
+    ]
+    found = []
+    for config in _unique([row.config for row in rows if row.task != "average"]):
+        scores, tasks, left_out = score_matrix(rows, config)
+        notes += left_out
+        if len(tasks) < 2:
+            notes.append(
+                f"{config}: no aggregates: they need normalised final scores on at least 2 "
+                f"tasks, and it has them on {len(tasks)}"
+            )
+        elif len(scores) < 2:
+            found.append(Aggregate(config, tasks, scores, func(scores), None))
+            notes.append(f"{config}: point estimates only: {NO_INTERVAL} per task, and it has 1")
+        else:
+            found.append(Aggregate(config, tasks, scores, *_estimate(scores, func)))
+    return found, notes
+
+
+def improvement(rows: list[Row]) -> Improvement | str:
+    """P(BETTER > BASELINE) with its CI (rliable) over the tasks both ran with normalised final
+    scores, or why there is none."""
+    configs = {row.config for row in rows}
+    if not {BETTER, BASELINE} <= configs:
+        return f"no probability of improvement: it needs runs of both {BETTER} and {BASELINE}"
+    _, both, _ = score_matrix(rows, BETTER, score_matrix(rows, BASELINE)[1])
+    if not both:
+        return (
+            f"no probability of improvement: {BETTER} and {BASELINE} have normalised final scores "
+            "on no task in common"
+        )
+    x, y = score_matrix(rows, BETTER, both)[0], score_matrix(rows, BASELINE, both)[0]
+    _, metrics = _rliable()
+    if len(x) < 2 or len(y) < 2:
+        point = float(metrics.probability_of_improvement(x, y))
+        return Improvement(both, (x.size, y.size), point, None)
+    points, ci = _estimate(
+        [x, y], lambda a, b: np.array([metrics.probability_of_improvement(a, b)])
+    )
+    return Improvement(both, (x.size, y.size), float(points[0]), (ci[0, 0], ci[1, 0]))
+
+
+def _interval(point: float, interval: tuple[float, float] | None, digits: int = 1) -> str:
+    if interval is None:
+        return f"{point:.{digits}f}"
+    low, high = interval
+    return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def aggregates_section(rows: list[Row]) -> tuple[str, list[Aggregate]]:
+    """report.md's aggregates: a table of METRICS per config, the probability of improvement and
+    what could not be computed, in words."""
+    found, notes = aggregates(rows)
+    lines = [
+        "## Aggregates over tasks",
+        "",
+        "Normalised final scores only (tasks without reference scores are left out). Per config "
+        "over its tasks: the interquartile mean (IQM, the mean of the middle 50% of all its "
+        f"runs' scores), the mean and the optimality gap ({GAMMA:g} minus the mean of the scores "
+        f"clipped at {GAMMA:g}: lower is better), each with its 95% stratified bootstrap "
+        f"confidence interval [low, high] (rliable; {BOOTSTRAP_REPS} resamples, numpy's generator "
+        f"seeded with {BOOTSTRAP_SEED}).",
+        "",
+    ]
+    if found:
+        lines += ["| config | tasks | runs | " + " | ".join(METRICS) + " |", "|---" * 6 + "|"]
+        for agg in found:
+            cells = [agg.config, ", ".join(agg.tasks), agg.runs]
+            cells += [_interval(agg.points[i], agg.interval(i)) for i in range(len(METRICS))]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    better = improvement(rows)
+    if isinstance(better, str):
+        lines.append(better[0].upper() + better[1:] + ".")
+    else:
+        tasks = len(better.tasks)
+        lines.append(
+            f"**Probability of improvement** P({BETTER} > {BASELINE}), the chance that a "
+            f"{BETTER} run scores above a {BASELINE} run on the same task, averaged over the "
+            f"{tasks} task{'s' * (tasks > 1)} both ran ({', '.join(better.tasks)}; "
+            f"{better.runs[0]} {BETTER} and {better.runs[1]} {BASELINE} runs): "
+            + _interval(better.point, better.interval, 2)
+            + ("." if better.interval else f"; {NO_INTERVAL} of each config per task.")
+        )
+    if notes:
+        lines += ["", *[f"- {note}" for note in _unique(notes)]]
+    return "\n".join(lines), found
+
+
+def aggregate_figures(found: list[Aggregate], out: Path) -> list[tuple[Path, str]]:
+    """aggregates.png and performance_profile.png with their captions, where found has any."""
+    if not found:
+        return []
+    from primal_dt.evaluation.plots import interval_figure, profile_figure, save
+
+    library, _ = _rliable()
+    runs = sum(agg.scores.size for agg in found)
+    counts = "; ".join(f"{agg.config}: {agg.runs}" for agg in found)
+    bootstrap = f"{BOOTSTRAP_REPS} resamples, seed {BOOTSTRAP_SEED}"
+    points = {agg.config: agg.points for agg in found}
+    intervals = {agg.config: agg.intervals for agg in found}
+    some = any(agg.intervals is not None for agg in found)
+    title = "normalised final score over tasks: point estimates" + " and 95% CIs" * some
+    figure = interval_figure(title, list(METRICS), points, intervals, "normalised score")
+    written = [(
+        save(figure, out / "aggregates.png"),
+        f"IQM, mean and optimality gap of the normalised final scores per config (bar: the 95% "
+        f"stratified bootstrap CI, {bootstrap}; black line: the point estimate; no bar with one "
+        f"seed per task), from {runs} runs ({counts}).",
+    )]  # fmt: skip
+    every = np.concatenate([agg.scores.ravel() for agg in found])
+    taus = np.linspace(min(0.0, every.min()), max(GAMMA, every.max()), 101)
+    profiles, bands = {}, {}
+    for agg in found:
+        with _seeded():
+            profile, band = library.create_performance_profile(
+                {"x": agg.scores}, taus, reps=BOOTSTRAP_REPS
+            )
+        label = f"{agg.config} ({agg.scores.size} runs)"
+        profiles[label] = profile["x"]
+        bands[label] = band["x"] if len(agg.scores) > 1 else None
+    figure = profile_figure("performance profile: normalised final score", taus, profiles, bands)
+    written.append((
+        save(figure, out / "performance_profile.png"),
+        f"Performance profiles: the fraction of a config's runs whose normalised final score is "
+        f"above each score τ (band: its 95% stratified bootstrap CI, {bootstrap}; none with one "
+        f"seed per task), from {runs} runs ({counts}).",
+    ))  # fmt: skip
+    return written
+
+
+@dataclass(frozen=True)
+class PaperScores:
+    """The Primal-Attention paper's D4RL table (paper_scores.toml): not ours, for comparison."""
+
+    source: str
+    measured_on: str
+    seeds: int
+    dt_column: str  # what its DT column is
+    columns: dict[str, str]  # our config name -> its column
+    scores: dict[str, dict[str, float]]  # task -> column -> normalised score
+    average: dict[str, float]  # column -> its average over the tasks of scores
+
+    def cell(self, task: str, config: str) -> str:
+        """The paper's score(s) for our row: config's column, or every column for other configs."""
+        scores = self.average if task == "average" else self.scores.get(task, {})
+        columns = [self.columns[config]] if config in self.columns else list(scores)
+        return " / ".join(
+            f"{column} {scores[column]:.1f}" for column in columns if column in scores
+        )
+
+    def note(self) -> str:
+        return (
+            f"{self.source}. Measured on {self.measured_on}; ours on the Minari v5 dataset named "
+            f"in the row, evaluated in gymnasium v5 environments. {self.dt_column}"
+        )
+
+
+@cache
+def paper_scores() -> PaperScores:
+    """paper_scores.toml, beside this module."""
+    data = tomllib.loads(Path(__file__).with_name("paper_scores.toml").read_text())
+    return PaperScores(
+        source=data["source"],
+        measured_on=data["measured_on"],
+        seeds=int(data["seeds"]),
+        dt_column=data["dt_column"],
+        columns=dict(data["columns"]),
+        scores={
+            task: {k: float(v) for k, v in row.items()} for task, row in data["scores"].items()
+        },
+        average={column: float(v) for column, v in data["average"].items()},
+    )
+
+
+def _paper_cell(row: Row, rows: list[Row]) -> str:
+    """The paper's numbers for row; for an average row, only where ours averages the paper's
+    tasks, every one of them."""
+    paper = paper_scores()
+    if row.task == "average":
+        tasks = {r.task for r in rows if r.config == row.config and r.normalized and r.final}
+        if tasks - {"average"} != set(paper.scores) or len(row.final) != len(paper.scores):
+            return ""
+    return paper.cell(row.task, row.config)
+
+
 def _cell(values: list[float], expected: int, average: bool) -> str:
     if not values:
         return "n/a"
@@ -246,12 +569,25 @@ def _cell(values: list[float], expected: int, average: bool) -> str:
     return text if len(values) == expected else f"{text} ({len(values)} of {expected} seeds)"
 
 
+def _ci_cell(row: Row) -> str:
+    if row.task == "average":
+        return "see Aggregates"
+    interval = seed_interval(row.final)
+    if interval is None:
+        return NO_INTERVAL
+    return f"[{interval[0]:.1f}, {interval[1]:.1f}]"
+
+
 def markdown_table(rows: list[Row]) -> str:
-    """The table, with each distinct reference-score source as a numbered note below it."""
-    header = ["task", "config", "seeds", "final", "best", "steps", "reference scores", "dataset"]
+    """The table, with each distinct reference-score source as a numbered note below it, and the
+    Primal-Attention paper's numbers (note [P]) where a row's task has a counterpart there."""
+    paper = [_paper_cell(row, rows) for row in rows]
+    header = ["task", "config", "seeds", "final", "final 95% CI", "best"]
+    header += ["paper (D4RL v2, gym v3) [P]"] if any(paper) else []
+    header += ["steps", "reference scores", "dataset"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     sources: list[str] = []
-    for row in rows:
+    for row, theirs in zip(rows, paper, strict=True):
         average = row.task == "average"
         expected = row.average_of if average else len(row.seeds)
         final, best = _cell(row.final, expected, average), _cell(row.best, expected, average)
@@ -264,7 +600,9 @@ def markdown_table(rows: list[Row]) -> str:
             row.config,
             ",".join(map(str, row.seeds)),
             final,
+            _ci_cell(row),
             best,
+            *([theirs] if any(paper) else []),
             ",".join(map(str, row.steps)),
             notes or ("" if average else "none"),
             "; ".join(row.datasets),
@@ -272,6 +610,8 @@ def markdown_table(rows: list[Row]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"[{i}] {source}  " for i, source in enumerate(sources, 1)]
+    if any(paper):
+        lines.append(f"[P] {paper_scores().note()}  ")
     return "\n".join(lines).rstrip()
 
 
@@ -283,19 +623,24 @@ def _stats(values: list[float], average: bool) -> list[Any]:
 
 
 def write_csv(rows: list[Row], path: Path) -> Path:
-    """The table as CSV; for average rows n_final and n_best count tasks, not seeds."""
+    """The table as CSV; for average rows n_final and n_best count tasks, not seeds. final_ci_*:
+    the final score's 95% bootstrap CI over seeds (empty under 2 seeds and for average rows);
+    paper: the Primal-Attention paper's numbers, as in report.md."""
     with path.open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow([
-            "task", "config", "seeds", "n_final", "final_mean", "final_std", "n_best", "best_mean",
-            "best_std", "normalized", "steps", "reference_source", "dataset_ids",
+            "task", "config", "seeds", "n_final", "final_mean", "final_std", "final_ci_low",
+            "final_ci_high", "n_best", "best_mean", "best_std", "normalized", "paper", "steps",
+            "reference_source", "dataset_ids",
         ])  # fmt: skip
         for row in rows:
             average = row.task == "average"
+            ci = None if average else seed_interval(row.final)
             writer.writerow([
                 row.task, row.config, " ".join(map(str, row.seeds)), *_stats(row.final, average),
-                *_stats(row.best, average), row.normalized, " ".join(map(str, row.steps)),
-                "; ".join(row.references), "; ".join(row.datasets),
+                *(["", ""] if ci is None else [f"{ci[0]:.4f}", f"{ci[1]:.4f}"]),
+                *_stats(row.best, average), row.normalized, _paper_cell(row, rows),
+                " ".join(map(str, row.steps)), "; ".join(row.references), "; ".join(row.datasets),
             ])  # fmt: skip
     return path
 
@@ -373,20 +718,33 @@ def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Pat
     out.mkdir(parents=True, exist_ok=True)
     rows = group(counted_once)
     written = [write_csv(rows, out / "report.csv"), *figures(counted_once, out)]
+    images = [f"![{p.stem}]({p.name})" for p in written if p.suffix == ".png"]
+    section, summed = aggregates_section(rows)
+    captioned = aggregate_figures(summed, out)
+    written += [path for path, _ in captioned]
+    section += "".join(f"\n\n![{p.stem}]({p.name})\n\n*{p.name}*: {text}" for p, text in captioned)
+    if not captioned:
+        section += (
+            "\n\nNo aggregate figures: they need normalised final scores on at least 2 tasks."
+        )
     notes = [f"- {r.name} ({r.path}): {note}" for r in counted_once for note in r.notes]
     counted = f"{len(counted_once)} runs"
     if left_out:
         counted += f" ({len(left_out)} duplicate{'s' * (len(left_out) > 1)} left out, see Notes)"
-    images = [f"![{p.stem}]({p.name})" for p in written if p.suffix == ".png"]
     text = "\n\n".join(
         [
             f"# primal-dt report: {runs_dir}",
             f"{counted}. Score: the normalised score of the best evaluation target, "
             f"100 (R - R_random) / (R_expert - R_random); mean ± std over seeds (numpy, ddof 0). "
-            f"**final**: the final evaluation; **best**: the best evaluation during training (a "
-            f"max over evaluations, so optimistic). **average**: the mean over tasks of each "
-            f"task's mean.",
+            f"**final**: the final evaluation; **final 95% CI**: the percentile bootstrap "
+            f"confidence interval of its mean over seeds (rliable; {BOOTSTRAP_REPS} resamples, "
+            f"numpy's generator seeded with {BOOTSTRAP_SEED}, so the same runs give the same "
+            f"numbers); **best**: the best evaluation during training (a max over evaluations, so "
+            f"optimistic). **average**: the mean over tasks of each task's mean. **paper**, where "
+            f"a task has a counterpart in the Primal-Attention paper's D4RL table: its score for "
+            f"the row's config (dt: its DT column, primal-dt: its Primal.+DT column), see [P].",
             markdown_table(rows),
+            section,
             "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
             "attention output on fixed windows of the task's dataset (the same windows for every "
             "run of a task; see primal_dt/evaluation/spectrum.py), from each run's last checkpoint: the "

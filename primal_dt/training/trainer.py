@@ -241,7 +241,7 @@ class Trainer:
                 self.step, self.config.eval.final_episodes
             ):
                 self._evaluate(final=True)
-            tick = time.perf_counter()
+            tick, first = time.perf_counter(), self.step
             while self.step < cfg.steps:
                 self.accumulate(self.train_step(self.sampler.sample(cfg.batch_size)))
                 self.step += 1
@@ -261,7 +261,9 @@ class Trainer:
             writer.flush()
             shown = self.evaluator.shown
             final = self.evaluator.finish(say, self.step)
-            if self.evaluator.shown != shown:  # what it printed since the last save counts too
+            # What it printed since the last save counts too (a run that only evaluated here
+            # leaves its checkpoint as it was).
+            if self.evaluator.shown != shown and self.step > first:
                 self.save()
             return self._final(final)
 
