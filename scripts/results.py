@@ -1,0 +1,121 @@
+"""The README's results section, made by the pipeline itself: record datasets from the policies in
+tests/policies, `primal-dt sweep` DT and Primal-DT over 3 seeds, `primal-dt report`, and put the
+report's tables and its aggregate figure into README.md.
+
+    python scripts/results.py                     # the CPU budget of the README (about 15 minutes)
+    python scripts/results.py --write-readme      # and write the section
+    python scripts/results.py --steps 100000 --full-size --tasks halfcheetah-medium,...   # a GPU
+
+At the CPU budget (small models, a few hundred steps, datasets of 20000 steps) this demonstrates
+the pipeline and its statistics; it does not reproduce the paper. With the paper's budget
+(--steps 100000 --full-size, the paper's datasets as --tasks) it is the reproduction, on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+from bench_common import device_name
+from readme_table import write_readme_section
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICIES = ROOT / "tests" / "policies"
+FIGURE = ROOT / "scripts" / "figures" / "results_aggregates.png"
+# Datasets recorded here: (env, quality, policy file, expert policy file for reference scores).
+RECORDED = [
+    ("hopper", "medium", "sac/Hopper-v5.zip", "tqc/Hopper-v5.zip"),
+    ("halfcheetah", "medium", "sac/HalfCheetah-v5.zip", "tqc/HalfCheetah-v5.zip"),
+    ("walker2d", "medium", "sac/Walker2d-v5.zip", "tqc/Walker2d-v5.zip"),
+]
+SMALL = ["model.embed_dim=64", "model.primal_rank=16", "train.warmup_steps=100"]
+
+
+def primal_dt(*args: str, env: dict[str, str]) -> str:
+    """A primal-dt command; its output, or its error and exit."""
+    result = subprocess.run(
+        [sys.executable, "-m", "primal_dt.cli", *args], env=env, capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        sys.exit(f"primal-dt {' '.join(args)} failed:\n{result.stderr[-2000:]}")
+    return result.stdout
+
+
+def record(root: Path, steps: int, env: dict[str, str]) -> list[str]:
+    """The medium datasets of RECORDED in root (made once), with measured reference scores."""
+    tasks = []
+    for name, quality, policy, expert in RECORDED:
+        if not (root / "primal-dt" / name / f"{quality}-v0").exists():
+            primal_dt("datasets", "make", "--env", name, "--recipe", "policy", "--name", quality,
+                      "--policy", str(POLICIES / policy), "--steps", str(steps),
+                      "--expert-policy", str(POLICIES / expert), "--no-progress", env=env)  # fmt: skip
+        tasks.append(f"{name}-{quality}")
+    return tasks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=500, help="training steps per run (500)")
+    parser.add_argument("--dataset-steps", type=int, default=20000, help="steps recorded (20000)")
+    parser.add_argument("--tasks", help="tasks instead of the bundled and recorded ones")
+    parser.add_argument("--full-size", action="store_true", help="the configs' own model sizes")
+    parser.add_argument("--episodes", type=int, default=10, help="final episodes per target (10)")
+    parser.add_argument("--parallel", type=int, default=2, help="runs at once (2)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", default="results", help="where datasets and runs go (results)")
+    parser.add_argument("--write-readme", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out).resolve()
+    env = {**os.environ, "MINARI_DATASETS_PATH": str(out / "minari")}
+    start = time.monotonic()
+    tasks = args.tasks.split(",") if args.tasks else ["hopper-bundled", *record(
+        out / "minari", args.dataset_steps, env)]  # fmt: skip
+    settings = [] if args.full_size else SMALL
+    settings += ["train.eval_every=0", f"eval.final_episodes={args.episodes}"]
+    primal_dt("sweep", "--tasks", ",".join(tasks), "--seeds", "0,1,2", "--configs", "dt,primal-dt",
+              "--runs-dir", str(out / "runs"), "--steps", str(args.steps), "--device", args.device,
+              "--parallel", str(args.parallel), "--offline",
+              *[a for s in settings for a in ("--set", s)], env=env)  # fmt: skip
+    primal_dt("report", str(out / "runs"), "--out", str(out / "report"), env=env)
+    minutes = (time.monotonic() - start) / 60
+    report = (out / "report" / "report.md").read_text()
+    shutil.copy(out / "report" / "aggregates.png", FIGURE)
+    size = "the configs' own sizes" if args.full_size else "embed 64, Primal rank 16"
+    text = "\n".join([
+        f"Made by `python scripts/results.py` on {date.today()}, {device_name_for(args.device)}, "
+        f"in {minutes:.0f} minutes: {len(tasks)} tasks ({', '.join(tasks)}) x DT and Primal-DT x 3 "
+        f"seeds, {args.steps} training steps each ({size}), {args.episodes} final episodes per "
+        f"target. A demonstration of the pipeline and its statistics at a CPU budget, not a "
+        f"reproduction of the paper (that is the same script with its budget, on a GPU).",
+        "",
+        section_of(report),
+        "",
+        f"![Aggregate scores with 95% confidence intervals]({FIGURE.relative_to(ROOT)})",
+    ])  # fmt: skip
+    print(text)
+    if args.write_readme:
+        write_readme_section("results", text)
+
+
+def device_name_for(device: str) -> str:
+    import torch
+
+    return device_name(torch.device(device))
+
+
+def section_of(report: str) -> str:
+    """The report's Markdown after its title, headings one level down, without its pictures
+    (which live beside report.md; the README shows the aggregate one)."""
+    lines = report.splitlines()[1:]
+    kept = [line for line in lines if not line.startswith("![")]
+    return "\n".join("#" + line if line.startswith("## ") else line for line in kept).strip()
+
+
+if __name__ == "__main__":
+    main()
