@@ -5,6 +5,8 @@ report's tables and its aggregate figure into README.md.
     python scripts/results.py                     # the CPU budget of the README (about 15 minutes)
     python scripts/results.py --write-readme      # and write the section
     python scripts/results.py --steps 100000 --full-size --tasks halfcheetah-medium,...   # a GPU
+    python scripts/results.py --compare-init --tasks hopper-bundled --write-readme
+        # Primal-DT with each initialisation of We and Wr (model.primal_init), side by side
 
 At the CPU budget (small models, a few hundred steps, datasets of 20000 steps) this demonstrates
 the pipeline and its statistics; it does not reproduce the paper. With the paper's budget
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,9 +28,11 @@ from pathlib import Path
 from bench_common import device_name
 from readme_table import write_readme_section
 
+from primal_dt.common.config import PRIMAL_INITS, named_config_path
+
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "tests" / "policies"
-FIGURE = ROOT / "scripts" / "figures" / "results_aggregates.png"
+FIGURES = ROOT / "scripts" / "figures"
 # Datasets recorded here: (env, quality, policy file, expert policy file for reference scores).
 RECORDED = [
     ("hopper", "medium", "sac/Hopper-v5.zip", "tqc/Hopper-v5.zip"),
@@ -69,6 +74,11 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (2)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default="results", help="where datasets and runs go (results)")
+    parser.add_argument(
+        "--compare-init", action="store_true",
+        help="Primal-DT with its default and with the public code's initialisation of We and Wr "
+        "(model.primal_init) instead of DT against Primal-DT",
+    )  # fmt: skip
     parser.add_argument("--write-readme", action="store_true")
     args = parser.parse_args()
     out = Path(args.out).resolve()
@@ -78,29 +88,47 @@ def main() -> None:
         out / "minari", args.dataset_steps, env)]  # fmt: skip
     settings = [] if args.full_size else SMALL
     settings += ["train.eval_every=0", f"eval.final_episodes={args.episodes}"]
-    primal_dt("sweep", "--tasks", ",".join(tasks), "--seeds", "0,1,2", "--configs", "dt,primal-dt",
+    configs, section, compared = "dt,primal-dt", "results", "DT and Primal-DT"
+    if args.compare_init:
+        configs = ",".join(str(init_config(out, init)) for init in PRIMAL_INITS)
+        section, compared = "results-init", "Primal-DT with each initialisation of We and Wr"
+    primal_dt("sweep", "--tasks", ",".join(tasks), "--seeds", "0,1,2", "--configs", configs,
               "--runs-dir", str(out / "runs"), "--steps", str(args.steps), "--device", args.device,
               "--parallel", str(args.parallel), "--offline",
               *[a for s in settings for a in ("--set", s)], env=env)  # fmt: skip
     primal_dt("report", str(out / "runs"), "--out", str(out / "report"), env=env)
     minutes = (time.monotonic() - start) / 60
     report = (out / "report" / "report.md").read_text()
-    shutil.copy(out / "report" / "aggregates.png", FIGURE)
+    # Across tasks the aggregates; on one task its curves (scores and KSVD loss side by side).
+    shown = "aggregates.png" if len(tasks) > 1 else f"curves_{tasks[0]}.png"
+    figure = FIGURES / f"{section}_{shown}"
+    shutil.copy(out / "report" / shown, figure)
     size = "the configs' own sizes" if args.full_size else "embed 64, Primal rank 16"
     text = "\n".join([
-        f"Made by `python scripts/results.py` on {date.today()}, {device_name_for(args.device)}, "
-        f"in {minutes:.0f} minutes: {len(tasks)} tasks ({', '.join(tasks)}) x DT and Primal-DT x 3 "
-        f"seeds, {args.steps} training steps each ({size}), {args.episodes} final episodes per "
-        f"target. A demonstration of the pipeline and its statistics at a CPU budget, not a "
-        f"reproduction of the paper (that is the same script with its budget, on a GPU).",
+        f"Made by `python scripts/results.py{' --compare-init' if args.compare_init else ''}` on "
+        f"{date.today()}, {device_name_for(args.device)}, in {minutes:.0f} minutes: {len(tasks)} "
+        f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x 3 seeds, {args.steps} "
+        f"training steps each ({size}), {args.episodes} final episodes per target. A "
+        f"demonstration of the pipeline and its statistics at a CPU budget, not a reproduction of "
+        f"the paper (that is the same script with its budget, on a GPU).",
         "",
         section_of(report),
         "",
-        f"![Aggregate scores with 95% confidence intervals]({FIGURE.relative_to(ROOT)})",
+        f"![{shown}]({figure.relative_to(ROOT)})",
     ])  # fmt: skip
     print(text)
     if args.write_readme:
-        write_readme_section("results", text)
+        write_readme_section(section, text)
+
+
+def init_config(out: Path, init: str) -> Path:
+    """configs/primal-dt.toml with model.primal_init = init, as a config of its own name
+    (primal-dt-<init>-init), so that the report sets the two side by side."""
+    text = re.sub(r"(?m)^primal_init = .*\n", "", named_config_path("primal-dt").read_text())
+    path = out / f"primal-dt-{init}-init.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.replace("[model]\n", f'[model]\nprimal_init = "{init}"\n', 1))
+    return path
 
 
 def device_name_for(device: str) -> str:

@@ -421,3 +421,24 @@ def test_all_primal_decision_transformer_has_no_length_squared_tensor() -> None:
     with ShapeRecorder() as recorder, torch.no_grad():
         model(*inputs)
     assert square_tensors(recorder.shapes, 3 * context)
+
+
+def test_the_public_codes_initialisation_is_an_option() -> None:
+    """Default: each head's (d, s) block of We and Wr has orthonormal columns (Frobenius norm
+    sqrt(s)). model.primal_init = "public": the public code's orthogonal_ on the whole (H, d, s)
+    tensor, whose H flattened blocks are orthonormal rows (Frobenius norm 1 each)."""
+    heads, head_dim, rank = 4, 16, 8
+    per_head = PrimalAttention(heads * head_dim, heads, rank, dropout=0.0)
+    public = PrimalAttention(heads * head_dim, heads, rank, dropout=0.0, init="public")
+    for weight in (per_head.we, per_head.wr, public.we, public.wr):
+        assert weight.shape == (heads, head_dim, rank)
+    for weight in (per_head.we, per_head.wr):
+        gram = weight.transpose(1, 2) @ weight  # (H, s, s)
+        torch.testing.assert_close(
+            gram, torch.eye(rank).expand(heads, rank, rank), atol=1e-5, rtol=0
+        )
+        torch.testing.assert_close(weight.norm(dim=(1, 2)), torch.full((heads,), rank**0.5))
+    for weight in (public.we, public.wr):
+        flat = weight.reshape(heads, -1)
+        torch.testing.assert_close(flat @ flat.T, torch.eye(heads), atol=1e-5, rtol=0)
+        torch.testing.assert_close(weight.norm(dim=(1, 2)), torch.ones(heads))

@@ -137,6 +137,7 @@ def test_config_values_out_of_range_are_refused(minari_root, tmp_path, capsys) -
         "model.dropout=1.5": "model.dropout must be in [0, 1)",
         "model.primal_blocks=[7]": "index outside",
         "model.primal_blocks='first'": "model.primal_blocks must be one of",
+        "model.primal_init='xavier'": "model.primal_init must be one of per-head, public",
         "train.device='tpu'": "train.device must be",
         "data.download=3": "data.download must be true or false",
     }

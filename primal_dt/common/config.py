@@ -28,6 +28,9 @@ PRECISIONS = ("auto", "bf16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+PRIMAL_INITS = ("per-head", "public")  # model.primal_init
+
+
 @dataclass
 class ModelConfig:
     embed_dim: int = 128
@@ -40,6 +43,9 @@ class ModelConfig:
     # Which blocks use Primal-Attention: "none" (plain DT), "last" (the paper), "all", or indices.
     primal_blocks: str | list[int] = "none"
     primal_rank: int = 32
+    # How We and Wr start: "per-head" (each head's (d, s) block orthonormal columns) or "public"
+    # (the public code's orthogonal_ on the whole (H, d, s) tensor; attention.py says more).
+    primal_init: str = "per-head"
 
     def primal_indices(self) -> list[int]:
         """Indices of the transformer blocks whose attention is Primal-Attention."""
@@ -53,6 +59,11 @@ class ModelConfig:
 
     def validate(self) -> None:
         _positive(self, "model", "embed_dim", "n_layer", "n_head", "context_len", "primal_rank")
+        if self.primal_init not in PRIMAL_INITS:
+            raise ConfigError(
+                f"model.primal_init must be one of {', '.join(PRIMAL_INITS)}, "
+                f"got {self.primal_init!r}"
+            )
         if self.embed_dim % self.n_head:
             raise ConfigError(
                 f"model.embed_dim ({self.embed_dim}) must be divisible by model.n_head ({self.n_head})"

@@ -38,8 +38,11 @@ How the authors' public code (PrimalAttention_RL) differs, and what this project
   so P2 masks the means; the outputs are then independent of padding on either side.
 - Its KSVD objective averages the e and r energies over all 3K positions, padded ones included.
   K1 counts real tokens only, so padding changes neither J nor its gradients.
-- Its orthogonal_ on the whole (H, d, s) tensor makes We orthonormal across heads; here each
-  head's matrix is orthogonal.
+- Its orthogonal_ on the whole (H, d, s) tensor makes the H flattened head blocks orthonormal
+  rows: each head's block has Frobenius norm 1, entries about 1/sqrt(d s). Here, by default
+  (model.primal_init = "per-head"), each head's (d, s) block has orthonormal columns, Frobenius
+  norm sqrt(s): e(x), r(x) and the trace term of J start sqrt(s) times larger (8 at s = 64).
+  model.primal_init = "public" reproduces the public code's initialisation.
 - The paper writes the energies with Lambda (e^T Lambda e); the public code and K1 square it
   (||Lambda * e||^2), which keeps them non-negative whatever Lambda's sign.
 """
@@ -161,7 +164,9 @@ class PrimalAttention(nn.Module):
     product, already side by side for the concat layer.
     """
 
-    def __init__(self, embed_dim: int, n_head: int, rank: int, dropout: float) -> None:
+    def __init__(
+        self, embed_dim: int, n_head: int, rank: int, dropout: float, init: str = "per-head"
+    ) -> None:
         super().__init__()
         head_dim = embed_dim // n_head
         self.n_head = n_head
@@ -169,10 +174,12 @@ class PrimalAttention(nn.Module):
         self.key = nn.Linear(embed_dim, embed_dim)
         self.we = nn.Parameter(torch.empty(n_head, head_dim, rank))
         self.wr = nn.Parameter(torch.empty(n_head, head_dim, rank))
-        # Orthogonal per head; the public code's orthogonal_ on (H, d, s) mixes heads together.
-        for head in range(n_head):
-            nn.init.orthogonal_(self.we.data[head])
-            nn.init.orthogonal_(self.wr.data[head])
+        for weight in (self.we, self.wr):
+            if init == "public":  # the public code: the H flattened (d, s) blocks orthonormal
+                nn.init.orthogonal_(weight.data)
+            else:  # each head's (d, s) block with orthonormal columns
+                for head in range(n_head):
+                    nn.init.orthogonal_(weight.data[head])
         self.lam = nn.Parameter(torch.rand(n_head, rank))
         self.concat = nn.Linear(2 * rank, head_dim)
         self.proj = nn.Linear(embed_dim, embed_dim)

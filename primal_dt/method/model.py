@@ -26,7 +26,9 @@ class Block(nn.Module):
         self.ln_1 = nn.LayerNorm(dim)
         self.attn: CausalSelfAttention | PrimalAttention
         if primal:
-            self.attn = PrimalAttention(dim, config.n_head, config.primal_rank, config.dropout)
+            self.attn = PrimalAttention(
+                dim, config.n_head, config.primal_rank, config.dropout, config.primal_init
+            )
         else:
             self.attn = CausalSelfAttention(dim, config.n_head, config.dropout)
         self.ln_2 = nn.LayerNorm(dim)
