@@ -103,3 +103,13 @@ def device_name(device: torch.device) -> str:
 def mebibytes(value: int | str) -> str:
     """A byte count as MiB for a table, or the error that stood in for it."""
     return f"{value / 2**20:.0f}" if isinstance(value, int) else str(value)
+
+
+def primal_dt(*args: str, env: dict[str, str] | None = None) -> str:
+    """A `primal-dt` command run as a user runs it; its output, or its error and exit."""
+    result = subprocess.run(
+        [sys.executable, "-m", "primal_dt.cli", *args], env=env, capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        sys.exit(f"primal-dt {' '.join(args)} failed:\n{result.stderr[-2000:]}")
+    return result.stdout

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
+from bench_common import primal_dt
 from readme_table import publish
 
 from primal_dt.store.dashboards import read_scalars
@@ -41,20 +40,13 @@ def input_resolution() -> str:
     )
 
 
-def cli(*args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "primal_dt.cli", *args], capture_output=True, text=True, check=True
-    )
-    return result.stdout
-
-
 def train_and_sweep(precision: str, steps: int, folder: Path) -> dict:
     run = folder / precision
     settings = [*SETTINGS, f'train.precision="{precision}"']
-    cli("train", "--env", "hopper-bundled", "--device", "cpu", "--steps", str(steps),
+    primal_dt("train", "--env", "hopper-bundled", "--device", "cpu", "--steps", str(steps),
         "--final-episodes", "0", "--run-dir", str(run), "--no-progress",
         *[a for s in settings for a in ("--set", s)])  # fmt: skip
-    (record,) = json.loads(cli("eval", "--ckpt", str(run), "--target-sweep", TARGETS,
+    (record,) = json.loads(primal_dt("eval", "--ckpt", str(run), "--target-sweep", TARGETS,
                                "--episodes", "5", "--device", "cpu", "--json"))  # fmt: skip
     scalars = read_scalars(run)
     last = {tag: scalars[tag][-1][1] for tag in ("train/action_loss", "train/ksvd_loss")}

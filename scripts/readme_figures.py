@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from bench_common import primal_dt
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 TRAIN = ["train", "--env", "hopper-bundled", "--device", "cpu", "--steps", "1000",
          "--final-episodes", "5", "--set", "model.embed_dim=64", "--set", "model.primal_rank=16",
          "--set", "train.warmup_steps=100", "--no-progress"]  # fmt: skip
-
-
-def primal_dt(*args: str, env: dict[str, str]) -> None:
-    subprocess.run([sys.executable, "-m", "primal_dt.cli", *args], env=env, check=True)
 
 
 def main() -> None:

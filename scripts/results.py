@@ -19,13 +19,11 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from datetime import date
 from pathlib import Path
 
-from bench_common import device_name
+from bench_common import device_name, primal_dt
 from readme_table import write_readme_section
 
 from primal_dt.common.config import PRIMAL_INITS, named_config_path
@@ -40,16 +38,6 @@ RECORDED = [
     ("walker2d", "medium", "sac/Walker2d-v5.zip", "tqc/Walker2d-v5.zip"),
 ]
 SMALL = ["model.embed_dim=64", "model.primal_rank=16", "train.warmup_steps=100"]
-
-
-def primal_dt(*args: str, env: dict[str, str]) -> str:
-    """A primal-dt command; its output, or its error and exit."""
-    result = subprocess.run(
-        [sys.executable, "-m", "primal_dt.cli", *args], env=env, capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        sys.exit(f"primal-dt {' '.join(args)} failed:\n{result.stderr[-2000:]}")
-    return result.stdout
 
 
 def record(root: Path, steps: int, env: dict[str, str]) -> list[str]:

@@ -13,7 +13,8 @@ down several-fold (measured in scripts/bench_contention.py). So primal-dt:
   is fixed for the whole run, because the order of floating-point sums, and with it every bit of
   the weights, depends on it (a count that followed the evaluations would follow their timing);
 - runs its own evaluation process at the lowest scheduling priority (yield_cpu), so that where
-  training and evaluation want the same core the scheduler gives it to training.
+  training and evaluation want the same core the scheduler gives it to training;
+- evaluates on a CPU with one thread, wherever it evaluates (evaluation_threads).
 """
 
 from __future__ import annotations
@@ -51,3 +52,13 @@ def yield_cpu() -> None:
     (environment workers) inherit it. Where the system refuses, it keeps its priority."""
     with contextlib.suppress(AttributeError, OSError):
         os.nice(LOWEST_PRIORITY - os.nice(0))
+
+
+def evaluation_threads(device_type: str) -> None:
+    """One thread for an evaluation on a CPU, wherever it runs (the process beside training,
+    inline, `eval --watch`, `eval --ckpt`): a snapshot then scores the same bits whenever it is
+    evaluated, and training keeps its cores."""
+    if device_type == "cpu":
+        import torch
+
+        torch.set_num_threads(1)

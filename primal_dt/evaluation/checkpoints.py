@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from primal_dt.common.cpu import evaluation_threads
 from primal_dt.evaluation.conditioning import write_curve
 from primal_dt.evaluation.rollout import (
     EvalOptions,
@@ -48,8 +49,7 @@ def evaluate_checkpoints(
     numbers logged in training repeat); videos go to the run's videos/, and with `curve` the run
     keeps the return-conditioning curve (conditioning.py), whose file is said; unless quiet, so
     is each checkpoint's time."""
-    if device.type == "cpu":
-        torch.set_num_threads(1)
+    evaluation_threads(device.type)
     records = []
     for path in [p for name in given for p in checkpoints_to_evaluate(name, every)]:
         record = evaluate_checkpoint(path, options, device, folder_of(path).videos)

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from primal_dt.common.config import Config
+from primal_dt.common.cpu import evaluation_threads
 from primal_dt.common.device import resolve_device
 from primal_dt.evaluation.rollout import EvalOptions
 from primal_dt.evaluation.service import Evaluator, queue_snapshot, serve
@@ -116,8 +117,7 @@ def isolated_from_training(device: torch.device) -> Iterator[None]:
     training's thread count is restored after it."""
     threads = torch.get_num_threads()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        if device.type == "cpu":
-            torch.set_num_threads(1)
+        evaluation_threads(device.type)
         try:
             yield
         finally:

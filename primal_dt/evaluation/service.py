@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from primal_dt.common.cpu import yield_cpu
+from primal_dt.common.cpu import evaluation_threads, yield_cpu
 from primal_dt.common.device import resolve_device
 from primal_dt.common.errors import PrimalDTError, first_line
 from primal_dt.evaluation.rollout import (
@@ -213,8 +213,7 @@ def serve(
     die_with_parent(parent)
     yield_cpu()
     device = resolve_device(options.device, "eval.device")
-    if device.type == "cpu":
-        torch.set_num_threads(1)
+    evaluation_threads(device.type)
     with Evaluator(RunDir(Path(run_dir)), options, device, notes.put) as ev:
         while os.getppid() == parent:
             finishing = finish.is_set()
@@ -242,8 +241,7 @@ def watch(
             f"directory that train prints"
         )
     lock = RunLock(RunDir(run_dir), "eval").acquire()  # one evaluator per run
-    if device.type == "cpu":
-        torch.set_num_threads(1)  # as every evaluation on a CPU: the numbers training logs
+    evaluation_threads(device.type)
     log(f"watching {run_dir} for checkpoints (Ctrl-C stops)")
     try:
         with Evaluator(RunDir(run_dir), options, device, log) as evaluator:
