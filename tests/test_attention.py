@@ -345,6 +345,39 @@ def test_left_padding_gives_no_nan(kind: str) -> None:
         assert param.grad is not None and torch.isfinite(param.grad).all(), name
 
 
+@pytest.mark.parametrize("kind", LAYERS)
+@pytest.mark.parametrize("rows", [slice(1, None, 3), slice(-1, None)], ids=["states", "last"])
+@pytest.mark.parametrize("objective", [True, False], ids=["objective", "no-objective"])
+def test_outputs_at_rows_are_the_full_outputs_there(
+    kind: str, rows: slice, objective: bool
+) -> None:
+    """Given rows, a layer computes its outputs there alone: the same values as the full output
+    sliced, and (Primal, with the objective) the same J, gradients included."""
+    layer = LAYERS[kind](torch.float64)
+    mask = padding_masks()
+    gen = torch.Generator(torch.get_default_device()).manual_seed(8)
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, generator=gen, dtype=torch.float64)
+    results = []
+    for given in (None, rows):
+        x_in = x.clone().requires_grad_()
+        layer.zero_grad()
+        y, j = layer(x_in, mask, given, objective)
+        y = y if given is not None else y[:, rows]
+        loss = y.pow(2).sum() + (j.pow(2).sum() if j is not None else 0.0)
+        loss.backward()
+        grads = [x_in.grad] + [param.grad for param in layer.parameters() if param.grad is not None]
+        results.append((y.detach(), j, grads))
+    (y_full, j_full, grads_full), (y_cut, j_cut, grads_cut) = results
+    assert y_cut.shape == (mask.shape[0], len(range(LENGTH)[rows]), EMBED)
+    torch.testing.assert_close(y_cut, y_full, rtol=1e-10, atol=1e-12)
+    assert (j_cut is None) == (j_full is None) == (kind == "softmax" or not objective)
+    if j_cut is not None:
+        torch.testing.assert_close(j_cut, j_full, rtol=1e-10, atol=1e-12)
+    assert len(grads_cut) == len(grads_full)
+    for cut, full in zip(grads_cut, grads_full, strict=True):
+        torch.testing.assert_close(cut, full, rtol=1e-10, atol=1e-12)
+
+
 # ----------------------------------------------------------------------- no L x L tensors
 
 
@@ -414,13 +447,14 @@ def test_all_primal_decision_transformer_has_no_length_squared_tensor() -> None:
     )
     with ShapeRecorder() as recorder, torch.no_grad():
         model(*inputs)
-    assert square_tensors(recorder.shapes, 3 * context) == []
-    # The same model with softmax attention would be caught.
+    assert square_tensors(recorder.shapes, 3 * context - 1) == []
+    # The same model with softmax attention would be caught (over 3K - 1 tokens: a softmax model
+    # drops a_K, which reaches no state token).
     config.primal_blocks = "none"
     model = DecisionTransformer(config, state_dim=5, act_dim=3, max_timestep=1000).eval()
     with ShapeRecorder() as recorder, torch.no_grad():
         model(*inputs)
-    assert square_tensors(recorder.shapes, 3 * context)
+    assert square_tensors(recorder.shapes, 3 * context - 1)
 
 
 def test_the_public_codes_initialisation_is_an_option() -> None:

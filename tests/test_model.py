@@ -255,3 +255,57 @@ def test_act_is_the_last_prediction_of_forward(primal_blocks, padded: bool) -> N
         acted = model.act(**batch)
     assert acted.shape == (BATCH, ACT_DIM)
     torch.testing.assert_close(acted, expected, rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------- only what the loss reads is computed
+
+
+@pytest.mark.parametrize("primal_blocks", PRIMAL_CHOICES + [[1]], ids=IDS + ["middle"])
+@pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
+def test_cut_forward_equals_every_token_forward(primal_blocks, padded: bool) -> None:
+    """The training forward (last block at the state tokens, a_K dropped once no Primal block
+    reads it) gives the full computation's predictions, KSVD loss and gradients (eval mode)."""
+    model = make_model(primal_blocks).double()
+    batch = make_batch(mask=left_padding_mask() if padded else None)
+    batch = {k: v.double() if v.is_floating_point() else v for k, v in batch.items()}
+    weights = torch.randn(BATCH, K, ACT_DIM, dtype=torch.float64)  # every prediction counts
+    results = []
+    for every_token in (True, False):
+        model.zero_grad()
+        predicted, ksvd = model(**batch, every_token=every_token)
+        ((predicted * weights).sum() + 10 * ksvd).backward()
+        grads = {name: param.grad for name, param in model.named_parameters()}
+        results.append((predicted.detach(), ksvd.detach(), grads))
+    (full, full_ksvd, full_grads), (cut, cut_ksvd, cut_grads) = results
+    assert cut.shape == (BATCH, K, ACT_DIM)
+    torch.testing.assert_close(cut, full, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(cut_ksvd, full_ksvd, rtol=1e-10, atol=1e-14)
+    for name, grad in full_grads.items():
+        assert grad is not None and cut_grads[name] is not None, name
+        torch.testing.assert_close(cut_grads[name], grad, rtol=1e-9, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("primal_blocks", "tokens"),
+    [("none", [3 * K - 1, 3 * K - 1, K]), ("last", [3 * K, 3 * K, K]), ([0], [3 * K, 3 * K - 1, K]),
+     ([1], [3 * K, 3 * K, K]), ("all", [3 * K, 3 * K, K])],
+    ids=["none", "last", "first", "middle", "all"],
+)  # fmt: skip
+def test_blocks_compute_only_the_tokens_the_loss_reads(primal_blocks, tokens: list[int]) -> None:
+    """How many tokens each block's MLP sees in training: K state tokens in the last block; 3K - 1
+    after the last Primal block (a_K reaches no state token); 3K up to it (its KSVD reads a_K)."""
+    model = make_model(primal_blocks).train()
+    seen: list[int] = []
+    handles = [
+        block.mlp.register_forward_hook(lambda module, inputs, output: seen.append(output.shape[1]))
+        for block in model.blocks
+    ]
+    try:
+        model(**make_batch())
+        assert seen == tokens
+        seen.clear()
+        model(**make_batch(), every_token=True)
+        assert seen == [3 * K] * 3
+    finally:
+        for handle in handles:
+            handle.remove()

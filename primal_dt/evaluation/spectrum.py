@@ -73,7 +73,7 @@ def attention_spectra(model: DecisionTransformer, windows: Batch) -> list[np.nda
         with evaluating(model):
             model(
                 windows.states, windows.actions, windows.returns_to_go, windows.timesteps,
-                windows.mask,
+                windows.mask, every_token=True,  # every block's output at every token
             )  # fmt: skip
     finally:
         for hook in hooks:

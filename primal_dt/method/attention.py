@@ -6,8 +6,11 @@ Self-attention through Asymmetric Kernel SVD in Primal Representation" (NeurIPS 
 2305.19798).
 
 Both layers take tokens x (B, L, D) and a padding mask m (B, L), 1 for real tokens, and guarantee
-that a real token's output depends only on real tokens at or before it. With last_only=True they
-return the output of the last token alone (B, 1, D), which is all that acting needs.
+that a real token's output depends only on real tokens at or before it. Given rows (a slice of
+positions) they return the outputs at those positions alone (B, len(rows), D), computed from every
+token as before: the model's last block asks for the state tokens in training (the only outputs the
+loss reads) and for the last token in acting. With objective=False the Primal layer skips J (and,
+given rows, computes e and r at those rows alone).
 
 Masked Primal-Attention, H heads of size d = D/H, rank s:
   P1. q = x Wq + bq, k = x Wk + bk, split into heads (B, H, L, d). No value projection: the
@@ -80,13 +83,21 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(embed_dim, embed_dim)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, mask: Tensor, last_only: bool = False) -> tuple[Tensor, None]:
+    def forward(
+        self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
+    ) -> tuple[Tensor, None]:
+        """Output (B, L, D), or (B, len(rows), D) at rows; no objective (None)."""
         batch, length, dim = x.shape
-        q, k, v = self.qkv(x).split(dim, dim=2)
-        q, k, v = (t.view(batch, length, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
         attn_mask = causal_padding_mask(mask)
-        if last_only:
-            q, attn_mask = q[:, :, -1:], attn_mask[:, :, -1:]
+        if rows is None:
+            q, k, v = self.qkv(x).split(dim, dim=2)
+        else:  # queries only where an output is wanted; keys and values at every token
+            weight, bias = self.qkv.weight, self.qkv.bias
+            q = F.linear(x[:, rows], weight[:dim], bias[:dim])
+            k, v = F.linear(x, weight[dim:], bias[dim:]).split(dim, dim=2)
+            attn_mask = attn_mask[:, :, rows]
+        q, k, v = (t.view(batch, -1, self.n_head, dim // self.n_head).transpose(1, 2)
+                   for t in (q, k, v))  # fmt: skip
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -185,16 +196,17 @@ class PrimalAttention(nn.Module):
         self.proj = nn.Linear(embed_dim, embed_dim)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def scores(self, x: Tensor, mask: Tensor, last_only: bool = False) -> Tensor:
+    def scores(self, x: Tensor, mask: Tensor, rows: slice | None = None) -> Tensor:
         """e and r of steps P1-P4, stacked: (B, L, H, 2, s), [..., 0, :] = e, [..., 1, :] = r
-        (L = 1 with last_only: the last token)."""
-        batch, length, dim = x.shape
+        (at rows alone, given rows)."""
+        batch, _, dim = x.shape
         heads, head_dim = self.n_head, dim // self.n_head
         # P2 before P1: the projections are affine, so the masked prefix mean of q (or k) is the
         # projection of the masked prefix mean of x; one cumulative sum serves both.
         mean = masked_prefix_mean(x, mask).to(x.dtype)
-        if last_only:
-            mean, length = mean[:, -1:], 1
+        if rows is not None:
+            mean = mean[:, rows]
+        length = mean.shape[1]
         weight = torch.stack(
             (
                 self.query.weight.view(heads, head_dim, dim),
@@ -214,16 +226,20 @@ class PrimalAttention(nn.Module):
         return scores.reshape(batch, length, heads, 2, -1)
 
     def forward(
-        self, x: Tensor, mask: Tensor, last_only: bool = False
+        self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, Tensor | None]:
-        """Output (B, L, D) and J (B,); with last_only, the last token's output and no J."""
+        """Output (B, L, D), or (B, len(rows), D) at rows, and J (B,), or None without objective.
+
+        J needs e and r at every real token, so with the objective they are computed everywhere
+        and only P5 (concat, output projection) is cut to the rows."""
         batch, _, dim = x.shape
-        scores = self.scores(x, mask, last_only)
-        length, heads, _, rank = scores.shape[1:]
+        scores = self.scores(x, mask, None if objective else rows)
+        wanted = scores[:, rows] if objective and rows is not None else scores
+        length, heads, _, rank = wanted.shape[1:]
         # P5: [e; r] per head, one Linear(2s -> d) shared across heads, heads merged, projection.
-        y = self.concat(scores.reshape(batch, length, heads, 2 * rank)).reshape(batch, length, dim)
+        y = self.concat(wanted.reshape(batch, length, heads, 2 * rank)).reshape(batch, length, dim)
         y = self.resid_dropout(self.proj(y))
-        if last_only:
+        if not objective:
             return y, None
         return y, ksvd_objective(scores, self.lam, self.we, self.wr, mask)
 

@@ -3,6 +3,14 @@
 Each timestep contributes three tokens, (return-to-go, state, action), each a linear embedding plus
 a learned timestep embedding; the 3K tokens pass an embedding LayerNorm and N pre-LayerNorm blocks,
 and the action a_t is read from the hidden state of the s_t token through a tanh head.
+
+Nothing is computed that the loss never reads; the results are those of the full computation
+(forward(..., every_token=True), kept for the attention spectra, the tests and the benchmarks):
+- the last block works out its outputs (attention output, projection, residual, MLP, final
+  LayerNorm) at the K state tokens alone, from keys, values (softmax) or e and r (Primal, whose
+  KSVD objective needs them at every token) computed over the whole window;
+- the last action token a_K reaches no state token, so it is dropped before the first block after
+  the last Primal block (at once without Primal blocks): only a Primal block's objective reads it.
 """
 
 from __future__ import annotations
@@ -15,6 +23,9 @@ from torch import Tensor, nn
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
+
+STATE_TOKENS = slice(1, None, 3)  # s_t sits at 3t + 1 in (R_1, s_1, a_1, R_2, ...)
+LAST_TOKEN = slice(-1, None)
 
 
 class Block(nn.Module):
@@ -37,10 +48,12 @@ class Block(nn.Module):
         )
 
     def forward(
-        self, x: Tensor, mask: Tensor, last_only: bool = False
+        self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, Tensor | None]:
-        attended, ksvd_j = self.attn(self.ln_1(x), mask, last_only)
-        x = x[:, -1:] + attended if last_only else x + attended
+        """Outputs at every token, or at rows alone (attending to every token); the attention's
+        KSVD objective J (None for softmax, or with objective=False)."""
+        attended, ksvd_j = self.attn(self.ln_1(x), mask, rows, objective)
+        x = (x if rows is None else x[:, rows]) + attended
         x = x + self.mlp(self.ln_2(x))
         return x, ksvd_j
 
@@ -63,8 +76,9 @@ class DecisionTransformer(nn.Module):
         self.embed_action = nn.Linear(act_dim, dim)
         self.embed_ln = nn.LayerNorm(dim)
         self.drop = nn.Dropout(config.dropout)
-        primal = set(config.primal_indices())
+        primal = config.primal_indices()
         self.blocks = nn.ModuleList(Block(config, i in primal) for i in range(config.n_layer))
+        self.last_action_read_until = max(primal, default=-1)  # the last block that reads a_K
         self.ln_f = nn.LayerNorm(dim)
         self.predict_action = nn.Sequential(nn.Linear(dim, act_dim), nn.Tanh())
         self.apply(_init_weights)
@@ -93,21 +107,27 @@ class DecisionTransformer(nn.Module):
         returns_to_go: Tensor,
         timesteps: Tensor,
         mask: Tensor,
+        every_token: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """states (B, K, S), actions (B, K, A), returns_to_go (B, K), timesteps (B, K), mask (B, K).
 
         Returns the predicted actions (B, K, A) and the model's KSVD loss: the mean over Primal
-        blocks of mean_B(J^2), or zero when no block is Primal.
+        blocks of mean_B(J^2), or zero when no block is Primal. every_token=True computes every
+        block at every token (the module docstring's reference; the same results, more work).
         """
         batch, length, _ = states.shape
         x, token_mask = self.embed(states, actions, returns_to_go, timesteps, mask)
         ksvd_terms = []
-        for block in self.blocks:
-            x, ksvd_j = block(x, token_mask)
+        for i, block in enumerate(self.blocks):
+            if i == self.last_action_read_until + 1 and not every_token:
+                x, token_mask = x[:, :-1], token_mask[:, :-1]  # a_K: read by no block from here
+            last = i == len(self.blocks) - 1 and not every_token
+            x, ksvd_j = block(x, token_mask, STATE_TOKENS if last else None)
             if ksvd_j is not None:
                 ksvd_terms.append(ksvd_j.pow(2).mean())
-        x = self.ln_f(x).reshape(batch, length, 3, -1)
-        predicted = self.predict_action(x[:, :, 1])  # from the state tokens
+        if every_token:
+            x = x.reshape(batch, length, 3, -1)[:, :, 1]  # the state tokens
+        predicted = self.predict_action(self.ln_f(x))
         if ksvd_terms:
             ksvd_loss = torch.stack(ksvd_terms).mean()
         else:
@@ -124,8 +144,8 @@ class DecisionTransformer(nn.Module):
         x, token_mask = self.embed(states, actions, returns_to_go, timesteps, mask)
         x, token_mask = x[:, :-1], token_mask[:, :-1]
         for block in self.blocks[:-1]:
-            x, _ = block(x, token_mask)
-        x, _ = self.blocks[-1](x, token_mask, last_only=True)
+            x, _ = block(x, token_mask, objective=False)
+        x, _ = self.blocks[-1](x, token_mask, LAST_TOKEN, objective=False)
         return self.predict_action(self.ln_f(x[:, 0]))
 
 
