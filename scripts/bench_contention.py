@@ -4,14 +4,19 @@ thread policy (primal_dt/common/cpu.py), measured side by side in one run.
     python scripts/bench_contention.py                   # the table, printed
     python scripts/bench_contention.py --write-readme    # and put into README.md
     python scripts/bench_contention.py --quickstart      # the README's first command, timed
+    python scripts/bench_contention.py --policies before,passive,spin=1000,spin=3000
+                                                         # OpenMP waits compared, to choose one
 
 Each cell times primal-dt's training step (Trainer.train_step at the DT paper's size, on the
-synthetic HalfCheetah-sized data of bench_train.py) in a fresh process, under one of two policies:
+synthetic HalfCheetah-sized data of bench_train.py) in a fresh process, under one policy:
 
-- before: torch's defaults: one thread per core, and OpenMP threads that spin while they wait;
-- after: primal-dt's policy: OpenMP threads that sleep while they wait (OMP_WAIT_POLICY=PASSIVE),
-  a thread count fixed for the whole run, and our own evaluation process at the lowest scheduling
-  priority (cpu.yield_cpu);
+- before: torch's defaults: one thread per core, and OpenMP threads that spin while they wait
+  (GNU OpenMP: 300,000 times before they sleep);
+- after: primal-dt's policy (primal_dt/common/cpu.py): a short spin before sleeping
+  (GOMP_SPINCOUNT, cpu.SPIN_COUNT), a thread count fixed for the whole run, and our own
+  evaluation process at the lowest scheduling priority (cpu.yield_cpu);
+- passive, spin=N: the after policy with other waits (OMP_WAIT_POLICY=PASSIVE: sleep at once;
+  GOMP_SPINCOUNT=N), to compare;
 
 beside one of four neighbours, started before the cell and stopped after it:
 
@@ -39,7 +44,7 @@ import time
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve()
-POLICIES = ("before", "after")
+POLICY_NAMES = {"before": "before (torch's defaults)", "after": "after (primal-dt's policy)"}
 NEIGHBOURS = {
     "a": "(a) alone",
     "b": "(b) beside a one-core busy loop",
@@ -52,11 +57,22 @@ QUICKSTART = ["train", "--env", "hopper-bundled", "--device", "cpu", "--steps", 
               "model.primal_rank=16", "--set", "train.warmup_steps=100", "--no-progress"]  # fmt: skip
 
 
+WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS")
+
+
 def environment(policy: str) -> dict[str, str]:
-    """The environment a process of this policy starts with (before torch is imported)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    """The environment a process of this policy starts with (before torch is imported): "before"
+    torch's defaults, "after" the primal-dt command's, "passive" OMP_WAIT_POLICY=PASSIVE, "spin=N"
+    GOMP_SPINCOUNT=N (the last two with the rest of the command's policy, to compare waits)."""
+    from primal_dt.common.cpu import wait_settings
+
+    env = {k: v for k, v in os.environ.items() if k not in WAIT_VARIABLES}
     if policy == "after":
+        env.update(wait_settings(env))
+    elif policy == "passive":
         env["OMP_WAIT_POLICY"] = "PASSIVE"
+    elif policy.startswith("spin="):
+        env["GOMP_SPINCOUNT"] = policy.removeprefix("spin=")
     return env
 
 
@@ -101,7 +117,7 @@ def run_cell(cell: dict) -> None:
     point = {"config": "dt", "device": "cpu", "compile": None}
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = make_trainer(point, "none", Path(run_dir))
-        if cell["policy"] == "after":
+        if cell["policy"] != "before":
             # What the trainer does, whatever runs beside it.
             torch.set_num_threads(training_threads(0))
         run_steps(trainer, cell["warmup"])
@@ -121,7 +137,7 @@ def run_evaluator(policy: str) -> None:
     from primal_dt.common.cpu import yield_cpu
     from primal_dt.evaluation.rollout import make_jobs, rollout
 
-    if policy == "after":
+    if policy != "before":
         yield_cpu()  # as the service process does
     torch.set_num_threads(1)
     policy, task = untrained_policy("dt", torch.device("cpu"))
@@ -168,11 +184,20 @@ def quickstart(write: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", help=argparse.SUPPRESS)
-    parser.add_argument("--evaluator", choices=POLICIES, help=argparse.SUPPRESS)
+    parser.add_argument("--evaluator", help=argparse.SUPPRESS)
     parser.add_argument("--matmul", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=30, help="timed steps per cell (30)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (5)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds (2)")
+    parser.add_argument(
+        "--policies", default="before,after",
+        help="comma-separated: before, after, passive, spin=N (default: before,after)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--neighbours",
+        default="b,c,d",
+        help="comma-separated, of b, c, d, besides (a) (default: all)",
+    )
     parser.add_argument("--quickstart", action="store_true", help="time the README's first command")
     parser.add_argument("--write-readme", action="store_true")
     args = parser.parse_args()
@@ -184,29 +209,34 @@ def main() -> None:
         return run_matmul()
     if args.quickstart:
         return quickstart(args.write_readme)
+    policies = args.policies.split(",")
+    kinds = ["a", *(kind for kind in args.neighbours.split(",") if kind != "a")]  # a: the base
     speeds: dict[tuple[str, str], list[float]] = {}
     for round_ in range(args.rounds):
-        for kind in NEIGHBOURS:
-            for policy in POLICIES if round_ % 2 == 0 else POLICIES[::-1]:
+        for kind in kinds:
+            for policy in policies if round_ % 2 == 0 else policies[::-1]:
                 speed = measure_cell(policy, kind, args.steps, args.warmup)
                 speeds.setdefault((policy, kind), []).append(speed)
                 print(f"round {round_ + 1}: {policy}, {NEIGHBOURS[kind]}: {speed:.2f} steps/s")
     mean = {key: sum(values) / len(values) for key, values in speeds.items()}
     rows = []
-    for kind, name in NEIGHBOURS.items():
-        cells = []
-        for policy in POLICIES:
-            ratio = mean[(policy, kind)] / mean[(policy, "a")]
-            cells += [f"{mean[(policy, kind)]:.2f}", f"{ratio:.2f}x"]
+    for kind in kinds:
+        name = NEIGHBOURS[kind]
+        cells = [
+            f"{mean[(p, kind)]:.2f} ({mean[(p, kind)] / mean[(p, 'a')]:.2f}x)" for p in policies
+        ]
         target = f">= {TARGETS[kind]:.2f}x" if kind in TARGETS else ""
         rows.append(f"| {name} | {' | '.join(cells)} | {target} |")
+    idle = [f"{mean[(p, 'a')] / mean[(policies[0], 'a')]:.2f}x" for p in policies]
+    rows.append(f"| (a) alone, against {policies[0]} alone | {' | '.join(idle)} | |")
     caption = (
         f"Training steps/s at the DT paper's size (batch 64, K 20) on a shared CPU, {device_name()}; "
-        f"{args.steps} timed steps per cell, mean of {args.rounds} alternating rounds:"
+        f"{args.steps} timed steps per cell, mean of {args.rounds} alternating rounds; in "
+        f"brackets, against the same policy alone:"
     )
     header = (
-        "| neighbour | before: steps/s | before: vs alone | after: steps/s | after: vs alone "
-        "| target (after) |\n|---|---:|---:|---:|---:|---|"
+        f"| neighbour | {' | '.join(POLICY_NAMES.get(p, p) for p in policies)} | target (after) |\n"
+        f"|---|{'---:|' * len(policies)}---|"
     )
     publish("bench-contention", caption, header, rows, args.write_readme)
 

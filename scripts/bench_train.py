@@ -7,10 +7,17 @@ paper's size and at the Primal paper's size, measured side by side in one run.
 Each row times primal-dt's own training step (Trainer.train_step on a batch from its sampler,
 the dataset resident on the device) on synthetic HalfCheetah-sized data (17 states, 6 actions,
 1000-step episodes: speed does not depend on the values). Vanilla DT and Primal-DT differ only in
-model.primal_blocks (none / last). Both models train in one process, in alternating rounds, so
-that a machine that slows down or speeds up during the run affects both alike. Peak memory comes
+model.primal_blocks (none / last). The models train in one process, in alternating rounds, so
+that a machine that slows down or speeds up during the run affects all alike. Peak memory comes
 from CUDA's allocator in the same run, or on CPU from a fresh process per model (a process has
-only one peak resident size).
+only one peak resident size). The processes that time run with the OpenMP wait setting the
+`primal-dt` command uses (primal_dt/common/cpu.py), so the figures are those a user gets.
+
+A second table, eager only, sets the training step against the same model computed at every token
+(forward(..., every_token=True): the last block at all 3K tokens instead of the K state tokens the
+loss reads, and a_K kept): its arithmetic per step (torch.utils.flop_counter, forward and backward:
+the matrix products and attention; element-wise work is not counted) and its speed, timed in the
+same alternating rounds.
 """
 
 from __future__ import annotations
@@ -33,8 +40,10 @@ from bench_common import (
     time_alternately,
 )
 from readme_table import publish, publish_so_far
+from torch.utils.flop_counter import FlopCounterMode
 
 from primal_dt.common.config import COMPILE_MODES, load_config, named_config_path
+from primal_dt.common.cpu import quiet_waits
 from primal_dt.data.episodes import Episode, TaskData
 from primal_dt.data.tasks import Task
 from primal_dt.training.launch import assemble
@@ -80,9 +89,12 @@ def synthetic_data(episodes: int = 20, length: int = 1000) -> TaskData:
 
 
 MODELS = {"DT": "none", "Primal-DT": "last"}  # name -> model.primal_blocks
+EVERY_TOKEN = ", every token"  # suffix of a model's name: computed without the cut
 
 
-def make_trainer(point: dict[str, Any], primal_blocks: str, run_dir: Path) -> Trainer:
+def make_trainer(
+    point: dict[str, Any], primal_blocks: str, run_dir: Path, every_token: bool = False
+) -> Trainer:
     overrides = [
         f"model.primal_blocks={json.dumps(primal_blocks)}",
         f"train.device={json.dumps(point['device'])}",
@@ -91,7 +103,18 @@ def make_trainer(point: dict[str, Any], primal_blocks: str, run_dir: Path) -> Tr
     ]
     overrides += point.get("overrides", [])
     config = load_config(named_config_path(point["config"]), overrides, task="halfcheetah-medium")
-    return assemble(config, synthetic_data(), run_dir)
+    trainer = assemble(config, synthetic_data(), run_dir)
+    if every_token:  # the reference the cut is measured against
+        trainer.forward_model = functools.partial(trainer.forward_model, every_token=True)
+    return trainer
+
+
+def step_flops(trainer: Trainer) -> int:
+    """Floating-point operations of one training step (forward and backward), as torch counts."""
+    batch = trainer.sampler.sample(trainer.config.train.batch_size)
+    with FlopCounterMode(display=False) as counter:
+        trainer.train_step(batch)
+    return counter.get_total_flops()
 
 
 def run_steps(trainer: Trainer, steps: int) -> None:
@@ -106,8 +129,8 @@ def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
     per_round = max(1, point["steps"] // point["rounds"])
     with tempfile.TemporaryDirectory() as run_dir:
         trainers = {
-            name: make_trainer(point, blocks, Path(run_dir) / name)
-            for name, blocks in MODELS.items()
+            name: make_trainer(point, blocks, Path(run_dir) / name, every_token)
+            for name, (blocks, every_token) in point["models"].items()
         }
         for trainer in trainers.values():
             run_steps(trainer, point["warmup"])  # compile, kernel choice, allocator warm-up
@@ -117,7 +140,11 @@ def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
         }
         device = torch.device(point["device"])
         seconds, memory = time_alternately(runs, point["rounds"], device)
-    return {**{name: per_round * point["rounds"] / sum(seconds[name]) for name in runs}, **memory}
+        flops = {} if point["compile"] else {
+            f"{name} flops": step_flops(trainer) for name, trainer in trainers.items()
+        }  # fmt: skip
+    speeds = {name: per_round * point["rounds"] / sum(seconds[name]) for name in runs}
+    return {**speeds, **memory, **flops}
 
 
 def measure_memory(point: dict[str, Any]) -> dict[str, Any]:
@@ -152,10 +179,12 @@ def main() -> None:
     if args.point:
         print(json.dumps(measure_point(json.loads(args.point))))
         return
+    quiet_waits()  # the command's OpenMP waits, for the processes that time
     device = torch.device(args.device)
     steps = args.steps or (2000 if device.type == "cuda" else 100)
+    batch = 8 if args.tiny else 64
     caption = (
-        f"Training steps per second (batch {8 if args.tiny else 64}, K 20, {steps} timed steps "
+        f"Training steps per second (batch {batch}, K 20, {steps} timed steps "
         f"each, in {args.rounds} alternating rounds) and peak memory "
         f"(above the resident model and data"
         + ("; process peak resident size on CPU" if device.type == "cpu" else "")
@@ -165,15 +194,27 @@ def main() -> None:
         "| size | mode | DT steps/s | Primal-DT steps/s | Primal-DT / DT | DT MiB "
         "| Primal-DT MiB |\n|---|---|---:|---:|---:|---:|---:|"
     )
-    rows = []
+    cut_caption = (
+        f"The training step against the same model computed at every token (eager; batch "
+        f"{batch}, K 20; GFLOP per step, forward and backward, as torch.utils.flop_counter "
+        f"counts them; steps/s from the same alternating rounds) on {device_name(device)}:"
+    )
+    cut_header = (
+        "| size | model | GFLOP, every token | GFLOP, trained | arithmetic | steps/s, every token "
+        "| steps/s, trained | speed-up |\n|---|---|---:|---:|---:|---:|---:|---:|"
+    )
+    rows, cut_rows = [], []
     sizes = (TINY_SIZES if args.tiny else SIZES).items()
     # Eager at every size first, then compiled (slow to compile): what is cut short comes last.
     for compiled in (None, args.compile) if args.compile else (None,):
         for label, (config, overrides) in sizes:
+            models = {name: (blocks, False) for name, blocks in MODELS.items()}
+            if not compiled:
+                models |= {name + EVERY_TOKEN: (blocks, True) for name, blocks in MODELS.items()}
             point = {"config": config, "overrides": list(overrides), "device": args.device,
                      "compile": compiled, "warmup": 30 if compiled else 10}  # fmt: skip
             found = measure_side_by_side(
-                __file__, {**point, "steps": steps, "rounds": args.rounds},
+                __file__, {**point, "steps": steps, "rounds": args.rounds, "models": models},
                 {name: {"primal_blocks": blocks} for name, blocks in MODELS.items()},
             )  # fmt: skip
             mode = f"torch.compile ({compiled})" if compiled else "eager"
@@ -187,7 +228,23 @@ def main() -> None:
                 f"| {mebibytes(found['DT bytes'])} | {mebibytes(found['Primal-DT bytes'])} |"
             )
             publish_so_far(f"bench_train_{device.type}", caption, header, rows, args.write_readme)
+            if not compiled:
+                cut_rows += [cut_row(label, name, found) for name in MODELS]
+                publish_so_far(
+                    f"bench_cut_{device.type}", cut_caption, cut_header, cut_rows, args.write_readme
+                )
     publish(f"bench_train_{device.type}", caption, header, rows, args.write_readme)
+    publish(f"bench_cut_{device.type}", cut_caption, cut_header, cut_rows, args.write_readme)
+
+
+def cut_row(label: str, name: str, found: dict[str, Any]) -> str:
+    """A row of the cut table: one model, computed at every token and as it trains."""
+    full, cut = found[name + EVERY_TOKEN + " flops"] / 1e9, found[name + " flops"] / 1e9
+    full_speed, cut_speed = found[name + EVERY_TOKEN], found[name]
+    return (
+        f"| {label} | {name} | {full:.2f} | {cut:.2f} | {cut / full:.2f}x | {full_speed:.4g} "
+        f"| {cut_speed:.4g} | {cut_speed / full_speed:.2f}x |"
+    )
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 # most, so that a step cut short leaves the evidence of the steps before it:
 #   1. the layer and model tests, and the fast-path tests (compiled training, no host sync), on CUDA
 #   2. the training benchmark: eager and compiled (reduce-overhead), both papers' sizes, steps/s and
-#      peak memory; its table goes into README.md the moment it ends
+#      peak memory, and the training step against the model computed at every token (the cut);
+#      its tables go into README.md as rows are measured
 #   3. the rest of the test suite on CUDA
-#   4. the attention and the evaluation benchmarks, each table written as it ends
-# Each step has a time limit (7 min 50 s in all), so the script ends within one device call of
+#   4. the attention, context-length and evaluation benchmarks, each table written as it ends
+# Each step has a time limit (8 min 30 s in all), so the script ends within one device call of
 # 10 minutes with the install before it. Every step runs even if an earlier one fails; the exit
 # status says whether all passed. Set WRITE_README= (empty) to only print the tables.
 #
@@ -36,12 +37,14 @@ left_out=(--ignore=tests/test_video.py --ignore=tests/test_report.py
 if [ $dry = 1 ]; then
     device=cpu write="" tiny=(--tiny) train_steps=4 rounds=2
     attention=(--ks 20 --batch 2 --repeats 1)
+    context=(--ks 20,50 --batch 2 --rounds 1 --tiny)
     evaluation=(--configs "dt+model.embed_dim=32+model.n_layer=1" --episodes 2 --sequential-episodes 1 --workers 2)
     rest=(tests/test_cli.py -k "end_to_end")  # one training-and-evaluation test stands for the rest
 else
     python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(), torch.__version__)" || exit 1
     device=cuda write="${WRITE_README---write-readme}" tiny=() train_steps=600 rounds=3
     attention=(--batch 64 --ks 20,50,100,200,500,1000,2000)
+    context=(--ks 20,50,100,200,500)
     evaluation=(--workers 8 --sequential-episodes 5)
     rest=(tests "${first[@]/#/--ignore=}")
     # The rest of the suite in 8 processes where pytest-xdist was carried (README, Performance):
@@ -50,10 +53,11 @@ else
 fi
 step "layer, model and fast-path tests on $device" 100 \
     env PRIMAL_DT_TEST_DEVICE=$device python3 -m pytest -q -x "${first[@]}"
-step "training benchmark" 130 python3 scripts/bench_train.py --device $device \
+step "training benchmark" 140 python3 scripts/bench_train.py --device $device \
     --compile reduce-overhead --steps $train_steps --rounds $rounds "${tiny[@]}" $write
-step "the rest of the tests on $device" 140 \
+step "the rest of the tests on $device" 130 \
     env PRIMAL_DT_TEST_DEVICE=$device python3 -m pytest -q "${rest[@]}" "${left_out[@]}"
 step "attention benchmark" 50 python3 scripts/bench_attention.py --device $device "${attention[@]}" $write
+step "context-length benchmark" 40 python3 scripts/bench_context.py --device $device "${context[@]}" $write
 step "evaluation benchmark" 50 python3 scripts/bench_eval.py --device $device "${evaluation[@]}" $write
 exit $status

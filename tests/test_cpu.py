@@ -11,7 +11,14 @@ import torch
 from conftest import TINY
 
 from primal_dt.common.config import load_config
-from primal_dt.common.cpu import quiet_waits, training_threads, usable_cores
+from primal_dt.common.cpu import (
+    SPIN_COUNT,
+    WAIT_SETTINGS,
+    quiet_waits,
+    training_threads,
+    usable_cores,
+    wait_settings,
+)
 from primal_dt.data.tasks import resolve_task
 from primal_dt.store.results import read_results
 from primal_dt.training.launch import start_run
@@ -25,21 +32,30 @@ def test_thread_counts(monkeypatch) -> None:
     assert training_threads(0) == 4
 
 
-def test_waits_sleep_unless_the_user_chose(monkeypatch) -> None:
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+def test_waits_are_bounded_unless_the_user_chose(monkeypatch) -> None:
+    for name in WAIT_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
     quiet_waits()
-    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert os.environ["GOMP_SPINCOUNT"] == str(SPIN_COUNT) and os.environ["KMP_BLOCKTIME"] == "0"
+    assert wait_settings({"PATH": "/bin"}) == {
+        "GOMP_SPINCOUNT": str(SPIN_COUNT),
+        "KMP_BLOCKTIME": "0",
+    }
+    for name in WAIT_SETTINGS:  # any wait setting of the user's: all left as they are
+        assert wait_settings({name: "1"}) == {}
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    monkeypatch.delenv("KMP_BLOCKTIME")
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     quiet_waits()
-    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
-    # The command line sets it before torch (and its OpenMP) loads: see it in a fresh process.
+    assert "GOMP_SPINCOUNT" not in os.environ and os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    # The command line sets them before torch (and its OpenMP) loads: see it in a fresh process.
     code = (
         "import os, sys; from primal_dt import cli; sys.argv = ['primal-dt', '--version']\n"
-        "try: cli.main()\nexcept SystemExit: print(os.environ['OMP_WAIT_POLICY'])"
+        "try: cli.main()\nexcept SystemExit: print(os.environ['GOMP_SPINCOUNT'])"
     )
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env = {k: v for k, v in os.environ.items() if k not in WAIT_SETTINGS}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert result.stdout.strip().splitlines()[-1] == "PASSIVE", result.stderr
+    assert result.stdout.strip().splitlines()[-1] == str(SPIN_COUNT), result.stderr
 
 
 def test_the_thread_count_is_fixed_for_the_whole_run(minari_root, tmp_path, monkeypatch) -> None:

@@ -6,8 +6,13 @@ end of a region spins, waiting for the others; when another process holds one of
 spinning threads wait for a thread the scheduler has parked, at every region, and a run slows
 down several-fold (measured in scripts/bench_contention.py). So primal-dt:
 
-- makes OpenMP threads sleep instead of spin (OMP_WAIT_POLICY=PASSIVE), unless the user set a
-  wait policy: see quiet_waits, which must run before torch is imported (the command line does);
+- bounds how long an OpenMP thread spins before it sleeps, unless the user chose (wait_settings;
+  quiet_waits must run before torch is imported, and the command line does). GNU OpenMP, which
+  torch's Linux wheels use, spins 300,000 times by default; GOMP_SPINCOUNT=SPIN_COUNT keeps a
+  short spin, which costs nothing on an idle machine, where sleeping at every region
+  (OMP_WAIT_POLICY=PASSIVE) cost 12%, and keeps a shared CPU's figures as sleeping does. The LLVM
+  and Intel runtimes (macOS, some conda builds) get KMP_BLOCKTIME=0, their equivalent of PASSIVE
+  (not measured here);
 - trains with train.threads threads, or, when that is 0 (automatic), with OMP_NUM_THREADS where it
   is set (sweeps set it to cores // parallel), else one per core this process may use; the count
   is fixed for the whole run, because the order of floating-point sums, and with it every bit of
@@ -21,14 +26,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 
 LOWEST_PRIORITY = 19  # the highest nice value: runs when nothing of normal priority wants a core
 
 
+SPIN_COUNT = 1000  # chosen with scripts/bench_contention.py --policies (README, A shared CPU)
+WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+
+
+def wait_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The OpenMP wait settings primal-dt adds to an environment: none where one is set."""
+    if any(name in environ for name in WAIT_SETTINGS):
+        return {}
+    return {"GOMP_SPINCOUNT": str(SPIN_COUNT), "KMP_BLOCKTIME": "0"}
+
+
 def quiet_waits() -> None:
-    """OpenMP threads that sleep when idle (OMP_WAIT_POLICY=PASSIVE) unless a policy is set.
-    Only effective before torch (which loads OpenMP) is imported."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    """Add wait_settings to this process's environment. Only effective before torch (which loads
+    OpenMP) is imported."""
+    os.environ.update(wait_settings(os.environ))
 
 
 def usable_cores() -> int:
