@@ -219,25 +219,26 @@ def main() -> None:
                 speeds.setdefault((policy, kind), []).append(speed)
                 print(f"round {round_ + 1}: {policy}, {NEIGHBOURS[kind]}: {speed:.2f} steps/s")
     mean = {key: sum(values) / len(values) for key, values in speeds.items()}
+    targets = "after" in policies
     rows = []
     for kind in kinds:
         name = NEIGHBOURS[kind]
         cells = [
             f"{mean[(p, kind)]:.2f} ({mean[(p, kind)] / mean[(p, 'a')]:.2f}x)" for p in policies
         ]
-        target = f">= {TARGETS[kind]:.2f}x" if kind in TARGETS else ""
-        rows.append(f"| {name} | {' | '.join(cells)} | {target} |")
+        target = [f">= {TARGETS[kind]:.2f}x" if kind in TARGETS else ""] if targets else []
+        rows.append(f"| {' | '.join([name, *cells, *target])} |")
     idle = [f"{mean[(p, 'a')] / mean[(policies[0], 'a')]:.2f}x" for p in policies]
-    rows.append(f"| (a) alone, against {policies[0]} alone | {' | '.join(idle)} | |")
+    idle += [""] if targets else []
+    rows.append(f"| {' | '.join([f'(a) alone, against {policies[0]} alone', *idle])} |")
     caption = (
         f"Training steps/s at the DT paper's size (batch 64, K 20) on a shared CPU, {device_name()}; "
         f"{args.steps} timed steps per cell, mean of {args.rounds} alternating rounds; in "
         f"brackets, against the same policy alone:"
     )
-    header = (
-        f"| neighbour | {' | '.join(POLICY_NAMES.get(p, p) for p in policies)} | target (after) |\n"
-        f"|---|{'---:|' * len(policies)}---|"
-    )
+    columns = ["neighbour", *(POLICY_NAMES.get(p, p) for p in policies)]
+    columns += ["target (after)"] if targets else []
+    header = f"| {' | '.join(columns)} |\n|---|{'---:|' * len(policies)}{'---|' if targets else ''}"
     publish("bench-contention", caption, header, rows, args.write_readme)
 
 

@@ -31,13 +31,22 @@ MODELS = {"DT": "none", "Primal-DT": "all"}  # name -> model.primal_blocks
 def measure(k: int, batch: int, steps: int, rounds: int, device: str, tiny: bool) -> dict:
     """Both models' steps/s, GFLOP per step and peak memory at context length k."""
     size = ["model.embed_dim=32", "model.n_layer=2"] if tiny else []
+    overrides = [
+        *size,
+        f"model.context_len={k}",
+        f"train.batch_size={batch}",
+        "model.primal_rank=32",
+    ]
     point = {
         "config": "dt",
-        "overrides": [*size, f"model.context_len={k}", f"train.batch_size={batch}",
-                      "model.primal_rank=32"],
-        "device": device, "compile": None, "warmup": 5 if device.startswith("cuda") else 2, "steps": steps, "rounds": rounds,
+        "overrides": overrides,
+        "device": device,
+        "compile": None,
+        "warmup": 5 if device.startswith("cuda") else 2,
+        "steps": steps,
+        "rounds": rounds,
         "models": {name: (blocks, False) for name, blocks in MODELS.items()},
-    }  # fmt: skip
+    }
     memory = {name: {"primal_blocks": blocks} for name, blocks in MODELS.items()}
     return measure_side_by_side(BENCH_TRAIN, point, memory)
 

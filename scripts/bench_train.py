@@ -125,7 +125,7 @@ def run_steps(trainer: Trainer, steps: int) -> None:
 
 def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
     """Steps per second of every model, timed in alternating rounds within this process. On CUDA
-    also each model's peak memory above everything resident (both models, optimizers, data)."""
+    also each model's peak memory above everything resident (all models, optimizers, data)."""
     per_round = max(1, point["steps"] // point["rounds"])
     with tempfile.TemporaryDirectory() as run_dir:
         trainers = {
@@ -221,6 +221,7 @@ def main() -> None:
             print(label, mode, found, flush=True)
             if "error" in found:
                 rows.append(f"| {label} | {mode} | {found['error']} ||||||")
+                cut_rows += [] if compiled else [f"| {label} | | {found['error']} ||||||"]
                 continue
             dt, primal = found["DT"], found["Primal-DT"]
             rows.append(

@@ -33,8 +33,9 @@ def test_thread_counts(monkeypatch) -> None:
 
 
 def test_waits_are_bounded_unless_the_user_chose(monkeypatch) -> None:
-    for name in WAIT_SETTINGS:
-        monkeypatch.delenv(name, raising=False)
+    for name in WAIT_SETTINGS:  # recorded, so that what quiet_waits sets is undone afterwards
+        monkeypatch.setenv(name, "recorded")
+        monkeypatch.delenv(name)
     quiet_waits()
     assert os.environ["GOMP_SPINCOUNT"] == str(SPIN_COUNT) and os.environ["KMP_BLOCKTIME"] == "0"
     assert wait_settings({"PATH": "/bin"}) == {
@@ -51,11 +52,12 @@ def test_waits_are_bounded_unless_the_user_chose(monkeypatch) -> None:
     # The command line sets them before torch (and its OpenMP) loads: see it in a fresh process.
     code = (
         "import os, sys; from primal_dt import cli; sys.argv = ['primal-dt', '--version']\n"
-        "try: cli.main()\nexcept SystemExit: print(os.environ['GOMP_SPINCOUNT'])"
+        "try: cli.main()\n"
+        "except SystemExit: print(os.environ['GOMP_SPINCOUNT'], os.environ['KMP_BLOCKTIME'])"
     )
     env = {k: v for k, v in os.environ.items() if k not in WAIT_SETTINGS}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert result.stdout.strip().splitlines()[-1] == str(SPIN_COUNT), result.stderr
+    assert result.stdout.strip().splitlines()[-1] == f"{SPIN_COUNT} 0", result.stderr
 
 
 def test_the_thread_count_is_fixed_for_the_whole_run(minari_root, tmp_path, monkeypatch) -> None:

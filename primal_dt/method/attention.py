@@ -164,8 +164,9 @@ class MaskedEnergy(torch.autograd.Function):
 class PrimalAttention(nn.Module):
     """Masked (causal) Primal-Attention, steps P1-P6 of the module docstring.
 
-    forward returns the layer output (B, L, D) and the per-sequence KSVD objective J (B,), whose
-    square the model averages into its KSVD loss.
+    forward returns the layer output (B, L, D), or at the given rows alone, and the per-sequence
+    KSVD objective J (B,), whose square the model averages into its KSVD loss (None with
+    objective=False).
 
     The running means are taken of x, not of q and k: q = x Wq + bq is affine, so the mean of q
     over a prefix is the mean of x projected, and one prefix sum over D channels replaces two.

@@ -4,13 +4,15 @@ Each timestep contributes three tokens, (return-to-go, state, action), each a li
 a learned timestep embedding; the 3K tokens pass an embedding LayerNorm and N pre-LayerNorm blocks,
 and the action a_t is read from the hidden state of the s_t token through a tanh head.
 
-Nothing is computed that the loss never reads; the results are those of the full computation
-(forward(..., every_token=True), kept for the attention spectra, the tests and the benchmarks):
+In training, outputs the loss never reads are not computed, with the results of the full
+computation (forward(..., every_token=True), kept for the attention spectra, the tests and the
+benchmarks):
 - the last block works out its outputs (attention output, projection, residual, MLP, final
   LayerNorm) at the K state tokens alone, from keys, values (softmax) or e and r (Primal, whose
   KSVD objective needs them at every token) computed over the whole window;
 - the last action token a_K reaches no state token, so it is dropped before the first block after
   the last Primal block (at once without Primal blocks): only a Primal block's objective reads it.
+  (The last Primal block, where another follows it, still works out a_K's output: one token of 3K.)
 """
 
 from __future__ import annotations
