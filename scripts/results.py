@@ -80,17 +80,19 @@ def main() -> None:
     if args.compare_init:
         configs = ",".join(str(init_config(out, init)) for init in PRIMAL_INITS)
         section, compared = "results-init", "Primal-DT with each initialisation of We and Wr"
+    # Each section's runs and report apart: the report covers every run below its folder.
+    runs, reported = out / f"{section}-runs", out / f"{section}-report"
     primal_dt("sweep", "--tasks", ",".join(tasks), "--seeds", "0,1,2", "--configs", configs,
-              "--runs-dir", str(out / "runs"), "--steps", str(args.steps), "--device", args.device,
+              "--runs-dir", str(runs), "--steps", str(args.steps), "--device", args.device,
               "--parallel", str(args.parallel), "--offline",
               *[a for s in settings for a in ("--set", s)], env=env)  # fmt: skip
-    primal_dt("report", str(out / "runs"), "--out", str(out / "report"), env=env)
+    primal_dt("report", str(runs), "--out", str(reported), env=env)
     minutes = (time.monotonic() - start) / 60
-    report = (out / "report" / "report.md").read_text()
+    report = (reported / "report.md").read_text()
     # Across tasks the aggregates; on one task its curves (scores and KSVD loss side by side).
     shown = "aggregates.png" if len(tasks) > 1 else f"curves_{tasks[0]}.png"
     figure = FIGURES / f"{section}_{shown}"
-    shutil.copy(out / "report" / shown, figure)
+    shutil.copy(reported / shown, figure)
     size = "the configs' own sizes" if args.full_size else "embed 64, Primal rank 16"
     text = "\n".join([
         f"Made by `python scripts/results.py{' --compare-init' if args.compare_init else ''}` on "

@@ -4,12 +4,15 @@ as a record and a PNG, and drawn for DT and Primal-DT side by side by the report
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from conftest import train_args
+from matplotlib.text import Text
 
 from primal_dt.cli import main
 from primal_dt.common.errors import ConfigError
+from primal_dt.evaluation import plots
 from primal_dt.evaluation.conditioning import curve_points, read_curve, targets_between
 from primal_dt.store.rundir import RunDir, read_snapshot
 
@@ -23,7 +26,12 @@ def test_target_sweeps_parse_and_refuse_nonsense() -> None:
             targets_between(bad)
 
 
-def test_target_sweep_curve_and_report(minari_root, tmp_path, capsys) -> None:
+def test_target_sweep_curve_and_report(minari_root, tmp_path, capsys, monkeypatch) -> None:
+    figures: list[Any] = []
+    save = plots.save
+    monkeypatch.setattr(
+        plots, "save", lambda figure, path: figures.append(figure) or save(figure, path)
+    )
     runs = tmp_path / "runs"
     for config in ("dt", "primal-dt"):
         run_dir = runs / "hopper-medium" / f"{config}-s0"
@@ -37,6 +45,9 @@ def test_target_sweep_curve_and_report(minari_root, tmp_path, capsys) -> None:
         data, picture = RunDir(run_dir).return_curve(10)
         assert f"return-conditioning curve: {picture}" in err
         assert picture.read_bytes()[:8] == PNG and picture.stat().st_size > 10_000
+        texts = [text.get_text() for text in figures[-1].findobj(Text)]
+        assert [text for text in texts if "hopper-medium" in text] == ["hopper-medium"]  # once
+        assert "step 10" in texts  # the panel: which checkpoint
         record = read_curve(RunDir(run_dir))
         assert record is not None and json.loads(data.read_text())["step"] == 10
         assert [s.target for s in record.results] == [0.0, 1500.0, 3000.0]

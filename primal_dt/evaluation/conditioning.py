@@ -56,8 +56,8 @@ def write_curve(run: RunDir, record: EvalRecord) -> Path:
     data, picture = run.return_curve(record.step)
     text = json.dumps(record.to_dict(), indent=1)
     atomic_write(data, lambda file: file.write(text.encode()))
-    title = f"{record.task}, step {record.step}"
-    figure = conditioning_figure({record.task: [curve_points(record)]}, title, record.reference)
+    panel = {f"step {record.step}": [curve_points(record)]}  # the task is the figure's title
+    figure = conditioning_figure(panel, record.task, record.reference)
     return save(figure, picture)
 
 
