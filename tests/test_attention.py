@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.method.attention import (
@@ -345,9 +346,13 @@ def test_left_padding_gives_no_nan(kind: str) -> None:
         assert param.grad is not None and torch.isfinite(param.grad).all(), name
 
 
-@pytest.mark.parametrize("kind", LAYERS)
+# (kind, objective): softmax has no objective to skip.
+ROW_CASES = [("softmax", True), ("primal", True), ("primal", False)]
+ROW_IDS = ["softmax", "primal-objective", "primal-no-objective"]
+
+
+@pytest.mark.parametrize(("kind", "objective"), ROW_CASES, ids=ROW_IDS)
 @pytest.mark.parametrize("rows", [slice(1, None, 3), slice(-1, None)], ids=["states", "last"])
-@pytest.mark.parametrize("objective", [True, False], ids=["objective", "no-objective"])
 def test_outputs_at_rows_are_the_full_outputs_there(
     kind: str, rows: slice, objective: bool
 ) -> None:
@@ -376,6 +381,41 @@ def test_outputs_at_rows_are_the_full_outputs_there(
     assert len(grads_cut) == len(grads_full)
     for cut, full in zip(grads_cut, grads_full, strict=True):
         torch.testing.assert_close(cut, full, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(("kind", "objective"), ROW_CASES, ids=ROW_IDS)
+def test_outputs_at_rows_cost_only_their_rows(kind: str, objective: bool) -> None:
+    """Given R of the L rows, a layer does only the rows' own work (its matrix products counted,
+    forward): softmax projects queries and its output at the rows, keys and values everywhere;
+    Primal cuts P5 to the rows, and without the objective e and r too (each is per position)."""
+    batch, rows = 4, slice(1, None, 3)
+    wanted = len(range(LENGTH)[rows])
+    with torch.device("cpu"):  # the count of this code's work, whatever the test device
+        layer = LAYERS[kind](torch.float64)
+        mask = padding_masks().cpu()
+        x = torch.randn(batch, LENGTH, EMBED, dtype=torch.float64)
+
+    def products(given: slice | None) -> tuple[int, int]:
+        """FLOPs of the matrix products (SDPA's own kernel aside): all, and P5's (concat, proj)."""
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            layer(x, mask, given, objective)
+        counts = counter.get_flop_counts()
+        matrix = {"aten.mm", "aten.addmm", "aten.bmm"}
+        total = sum(n for op, n in counts["Global"].items() if str(op) in matrix)
+        p5 = sum(sum(counts.get(f"{type(layer).__name__}.{name}", {}).values())
+                 for name in ("concat", "proj"))  # fmt: skip
+        return total, p5
+
+    full, p5 = products(None)
+    cut, _ = products(rows)
+    if kind == "softmax":
+        assert full == 2 * batch * EMBED * 4 * EMBED * LENGTH  # q, k, v and output, every token
+        expected = 2 * batch * EMBED * (2 * EMBED * LENGTH + 2 * EMBED * wanted)
+    elif objective:  # e and r everywhere (J reads them), P5 at the rows
+        expected = full - p5 * (LENGTH - wanted) // LENGTH
+    else:
+        expected = full * wanted // LENGTH
+    assert cut == expected < full
 
 
 # ----------------------------------------------------------------------- no L x L tensors

@@ -38,6 +38,7 @@ def test_target_sweep_curve_and_report(minari_root, tmp_path, capsys, monkeypatc
         assert main(train_args(run_dir, 10, config=config)) == 0
         sweep = ["eval", "--ckpt", str(run_dir / "checkpoints" / "step_00000010.pt"),
                  "--target-sweep", "0:3000:3", "--episodes", "2", "--device", "cpu"]  # fmt: skip
+        figures.clear()
         assert main(sweep) == 0
         out, err = capsys.readouterr()
         assert len([row for row in out.splitlines() if "step_00000010.pt" in row]) == 3
@@ -45,7 +46,8 @@ def test_target_sweep_curve_and_report(minari_root, tmp_path, capsys, monkeypatc
         data, picture = RunDir(run_dir).return_curve(10)
         assert f"return-conditioning curve: {picture}" in err
         assert picture.read_bytes()[:8] == PNG and picture.stat().st_size > 10_000
-        texts = [text.get_text() for text in figures[-1].findobj(Text)]
+        assert len(figures) == 1  # the run's own curve
+        texts = [text.get_text() for text in figures[0].findobj(Text)]
         assert [text for text in texts if "hopper-medium" in text] == ["hopper-medium"]  # once
         assert "step 10" in texts  # the panel: which checkpoint
         record = read_curve(RunDir(run_dir))

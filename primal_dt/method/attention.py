@@ -7,8 +7,8 @@ Self-attention through Asymmetric Kernel SVD in Primal Representation" (NeurIPS 
 
 Both layers take tokens x (B, L, D) and a padding mask m (B, L), 1 for real tokens, and guarantee
 that a real token's output depends only on real tokens at or before it. Given rows (a slice of
-positions) they return the outputs at those positions alone (B, len(rows), D), computed from every
-token as before: the model's last block asks for the state tokens in training (the only outputs the
+positions, R of them) they return the outputs at those positions alone (B, R, D), computed from
+every token as before: the model's last block asks for the state tokens in training (the only outputs the
 loss reads) and for the last token in acting. With objective=False the Primal layer skips J (and,
 given rows, computes e and r at those rows alone).
 
@@ -21,7 +21,8 @@ Masked Primal-Attention, H heads of size d = D/H, rank s:
   P4. Scores, the primal representation of Eq. (8) with data-independent weights:
       e_i = phi(q_bar_i) We[h], r_i = phi(k_bar_i) Wr[h]; We, Wr (H, d, s), orthogonal per head.
   P5. Output o_i = W_o [e_i; r_i] (the paper's Algorithm 1): a Linear(2s -> d) shared by the heads,
-      heads merged to (B, L, D), an output projection Linear(D -> D), residual dropout.
+      heads merged to (B, L, D) (or (B, R, D) at R rows), an output projection Linear(D -> D),
+      residual dropout.
   P6. Lambda (H, s), learned, enters only the KSVD loss.
   Cost O(B H L d s): prefix means are cumulative sums, and no L x L tensor exists anywhere.
 
