@@ -221,16 +221,18 @@ def main() -> None:
             print(label, mode, found, flush=True)
             if "error" in found:
                 rows.append(f"| {label} | {mode} | {found['error']} |||||")
-                cut_rows += [] if compiled else [f"| {label} | | {found['error']} ||||||"]
             else:
                 dt, primal = found["DT"], found["Primal-DT"]
                 rows.append(
                     f"| {label} | {mode} | {dt:.4g} | {primal:.4g} | {primal / dt:.2f}x "
                     f"| {mebibytes(found['DT bytes'])} | {mebibytes(found['Primal-DT bytes'])} |"
                 )
-                cut_rows += [] if compiled else [cut_row(label, name, found) for name in MODELS]
             publish_so_far(f"bench_train_{device.type}", caption, header, rows, args.write_readme)
             if not compiled:
+                if "error" in found:
+                    cut_rows.append(f"| {label} | | {found['error']} ||||||")
+                else:
+                    cut_rows += [cut_row(label, name, found) for name in MODELS]
                 publish_so_far(
                     f"bench_cut_{device.type}", cut_caption, cut_header, cut_rows, args.write_readme
                 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -120,6 +121,22 @@ def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # --- helpers the test modules share ------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_figures(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, Any]]:
+    """(path, figure) of every figure plots.save writes during the test; each is still saved."""
+    from primal_dt.evaluation import plots  # matplotlib: only the tests that draw import it
+
+    saved: list[tuple[Path, Any]] = []
+    save = plots.save
+
+    def keep(figure: Any, path: Path) -> Path:
+        saved.append((path, figure))
+        return save(figure, path)
+
+    monkeypatch.setattr(plots, "save", keep)
+    return saved
 
 
 def train_args(run_dir: Path, steps: int, *extra: str, config: str | None = None) -> list[str]:

@@ -4,6 +4,7 @@ as a record and a PNG, and drawn for DT and Primal-DT side by side by the report
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,6 @@ from matplotlib.text import Text
 
 from primal_dt.cli import main
 from primal_dt.common.errors import ConfigError
-from primal_dt.evaluation import plots
 from primal_dt.evaluation.conditioning import curve_points, read_curve, targets_between
 from primal_dt.store.rundir import RunDir, read_snapshot
 
@@ -26,19 +26,16 @@ def test_target_sweeps_parse_and_refuse_nonsense() -> None:
             targets_between(bad)
 
 
-def test_target_sweep_curve_and_report(minari_root, tmp_path, capsys, monkeypatch) -> None:
-    figures: list[Any] = []
-    save = plots.save
-    monkeypatch.setattr(
-        plots, "save", lambda figure, path: figures.append(figure) or save(figure, path)
-    )
+def test_target_sweep_curve_and_report(
+    minari_root, tmp_path, capsys, saved_figures: list[tuple[Path, Any]]
+) -> None:
     runs = tmp_path / "runs"
     for config in ("dt", "primal-dt"):
         run_dir = runs / "hopper-medium" / f"{config}-s0"
         assert main(train_args(run_dir, 10, config=config)) == 0
         sweep = ["eval", "--ckpt", str(run_dir / "checkpoints" / "step_00000010.pt"),
                  "--target-sweep", "0:3000:3", "--episodes", "2", "--device", "cpu"]  # fmt: skip
-        figures.clear()
+        saved_figures.clear()
         assert main(sweep) == 0
         out, err = capsys.readouterr()
         assert len([row for row in out.splitlines() if "step_00000010.pt" in row]) == 3
@@ -46,8 +43,8 @@ def test_target_sweep_curve_and_report(minari_root, tmp_path, capsys, monkeypatc
         data, picture = RunDir(run_dir).return_curve(10)
         assert f"return-conditioning curve: {picture}" in err
         assert picture.read_bytes()[:8] == PNG and picture.stat().st_size > 10_000
-        assert len(figures) == 1  # the run's own curve
-        texts = [text.get_text() for text in figures[0].findobj(Text)]
+        assert len(saved_figures) == 1  # the run's own curve
+        texts = [text.get_text() for text in saved_figures[0][1].findobj(Text)]
         assert [text for text in texts if "hopper-medium" in text] == ["hopper-medium"]  # once
         assert "step 10" in texts  # the panel: which checkpoint
         record = read_curve(RunDir(run_dir))

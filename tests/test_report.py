@@ -87,7 +87,10 @@ def outside(figure: Any) -> list[str]:
 
 
 def test_report_groups_by_recorded_task_config_and_seed(
-    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+    trained: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    saved_figures: list[tuple[Path, Any]],
 ) -> None:
     runs = tmp_path / "runs"
     place(trained, runs / "a")  # dt, seed 0, as trained
@@ -98,15 +101,7 @@ def test_report_groups_by_recorded_task_config_and_seed(
     for curve in (runs / "deep" / "c").glob("return_curve_*"):
         curve.unlink()  # the return-conditioning figure has a single panel (dt): a narrow one
     place(trained, runs / "zz-again")  # dt, seed 0 again: a duplicate of a/
-    saved: list[tuple[Path, Any]] = []
-    save = plots.save
-
-    def keep(figure: Any, path: Path) -> Path:
-        saved.append((path, figure))
-        return save(figure, path)
-
-    monkeypatch.setattr(plots, "save", keep)
-
+    saved = saved_figures
     assert main(["report", str(runs)]) == 0
     table = capsys.readouterr().out
     report = runs / "report"
@@ -190,7 +185,7 @@ def interval(text: str) -> tuple[float, float, float]:
 
 
 def test_aggregates_intervals_and_the_papers_numbers(
-    trained: Path, tmp_path: Path, monkeypatch
+    trained: Path, tmp_path: Path, saved_figures: list[tuple[Path, Any]]
 ) -> None:
     runs = tmp_path / "runs"
     for (task, config), scores in SCORES.items():
@@ -198,15 +193,8 @@ def test_aggregates_intervals_and_the_papers_numbers(
             place(trained, runs / f"{task}-{config}-{seed}", config, seed, task, score)
     for seed in (0, 1):
         place(trained, runs / f"none-{seed}", "dt", seed, NO_REFERENCE, reference=False)
-    saved: dict[str, Any] = {}
-    save = plots.save
-
-    def keep(figure: Any, path: Path) -> Path:
-        saved[path.name] = figure
-        return save(figure, path)
-
-    monkeypatch.setattr(plots, "save", keep)
     assert main(["report", str(runs)]) == 0
+    saved = {path.name: figure for path, figure in saved_figures}
     report = runs / "report"
     text = (report / "report.md").read_text()
     table, section = text.split("## Aggregates over tasks")

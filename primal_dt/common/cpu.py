@@ -10,8 +10,8 @@ down several-fold (measured in scripts/bench_contention.py). So primal-dt:
   quiet_waits must run before torch is imported, and the command line does). GNU OpenMP, which
   torch's Linux wheels use, spins 300,000 times by default; GOMP_SPINCOUNT=SPIN_COUNT keeps a
   short spin, which costs nothing on an idle machine, where sleeping at every region
-  (OMP_WAIT_POLICY=PASSIVE) cost 12 to 13%, and keeps a shared CPU's figures as sleeping does. The LLVM
-  and Intel runtimes (macOS, some conda builds) get KMP_BLOCKTIME=0, their equivalent of PASSIVE
+  (OMP_WAIT_POLICY=PASSIVE) cost 12 to 13%, and keeps a shared CPU's figures as sleeping does. The
+  LLVM and Intel runtimes (macOS, some conda builds) get KMP_BLOCKTIME=0, their equivalent of PASSIVE
   (not measured here);
 - trains with train.threads threads, or, when that is 0 (automatic), with OMP_NUM_THREADS where it
   is set (sweeps set it to cores // parallel), else one per core this process may use; the count

@@ -8,8 +8,8 @@ Self-attention through Asymmetric Kernel SVD in Primal Representation" (NeurIPS 
 Both layers take tokens x (B, L, D) and a padding mask m (B, L), 1 for real tokens, and guarantee
 that a real token's output depends only on real tokens at or before it. Given rows (a slice of
 positions, R of them) they return the outputs at those positions alone (B, R, D), computed from
-every token as before: the model's last block asks for the state tokens in training (the only outputs the
-loss reads) and for the last token in acting. With objective=False the Primal layer skips J (and,
+every token as before: the model's last block asks for the state tokens in training (the only
+outputs the loss reads) and for the last token in acting. With objective=False the Primal layer skips J (and,
 given rows, computes e and r at those rows alone).
 
 Masked Primal-Attention, H heads of size d = D/H, rank s:
