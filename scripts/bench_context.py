@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 from bench_common import device_name, measure_side_by_side, mebibytes
+from bench_train import PRECISIONS, model_name
 from readme_table import publish, publish_so_far
 
 from primal_dt.common.cpu import quiet_waits
@@ -29,7 +30,9 @@ MODELS = {"DT": "none", "Primal-DT": "all"}  # name -> model.primal_blocks
 
 
 def measure(k: int, batch: int, steps: int, rounds: int, device: str, tiny: bool) -> dict:
-    """Both models' steps/s, GFLOP per step and peak memory at context length k."""
+    """Both models' steps/s, GFLOP per step and peak memory at context length k, in each of the
+    device's precisions (bench_train.PRECISIONS), all in the same alternating rounds."""
+    precisions = PRECISIONS[torch.device(device).type]
     size = ["model.embed_dim=32", "model.n_layer=2"] if tiny else []
     overrides = [
         *size,
@@ -45,33 +48,41 @@ def measure(k: int, batch: int, steps: int, rounds: int, device: str, tiny: bool
         "warmup": 5 if device.startswith("cuda") else 2,
         "steps": steps,
         "rounds": rounds,
-        "models": {name: (blocks, False) for name, blocks in MODELS.items()},
-    }
-    memory = {name: {"primal_blocks": blocks} for name, blocks in MODELS.items()}
+        "models": {
+            model_name(name, p): (blocks, False, p) for name, blocks in MODELS.items()
+            for p in precisions
+        },
+    }  # fmt: skip
+    memory = {
+        model_name(name, p): {"primal_blocks": blocks, "precision": p}
+        for name, blocks in MODELS.items() for p in precisions
+    }  # fmt: skip
     return measure_side_by_side(BENCH_TRAIN, point, memory)
 
 
-def row(k: int, found: dict) -> str:
+def row(k: int, precision: str, found: dict) -> str:
     if "error" in found:
-        return f"| {k} | {3 * k} | {found['error']} |||||||"
-    dt, primal = found["DT"], found["Primal-DT"]
-    gflop = [found[f"{name} flops"] / 1e9 for name in MODELS]
+        return f"| {k} | {3 * k} | {precision} | {found['error']} |||||||"
+    dt, primal = (found[model_name(name, precision)] for name in MODELS)
+    gflop = [found[f"{model_name(name, precision)} flops"] / 1e9 for name in MODELS]
+    memory = [mebibytes(found[f"{model_name(name, precision)} bytes"]) for name in MODELS]
     return (
-        f"| {k} | {3 * k} | {dt:.3g} | {primal:.3g} | {primal / dt:.2f}x | {gflop[0]:.1f} "
-        f"| {gflop[1]:.1f} | {mebibytes(found['DT bytes'])} | {mebibytes(found['Primal-DT bytes'])} |"
+        f"| {k} | {3 * k} | {precision} | {dt:.3g} | {primal:.3g} | {primal / dt:.2f}x "
+        f"| {gflop[0]:.1f} | {gflop[1]:.1f} | {memory[0]} | {memory[1]} |"
     )
 
 
-def crossover(found: dict[int, dict]) -> str:
-    """From which K on Primal-DT trained faster, in words."""
-    faster = [k for k, f in found.items() if "error" not in f and f["Primal-DT"] > f["DT"]]
+def crossover(found: dict[int, dict], precision: str) -> str:
+    """From which K on Primal-DT trained faster in `precision`, in words."""
+    dt, primal = (model_name(name, precision) for name in MODELS)
     measured = [k for k, f in found.items() if "error" not in f]
+    faster = [k for k in measured if found[k][primal] > found[k][dt]]
     if not faster:
-        return "At none of these K did Primal-DT train faster than DT."
+        return f"In {precision}, at none of these K did Primal-DT train faster than DT."
     first = min(faster)
     if all(k in faster for k in measured if k >= first):
-        return f"Primal-DT trained faster than DT from K = {first} on (of the K measured)."
-    return f"Primal-DT trained faster than DT at K = {', '.join(map(str, faster))} only."
+        return f"In {precision}, Primal-DT trained faster than DT from K = {first} on (of the K measured)."
+    return f"In {precision}, Primal-DT trained faster than DT at K = {', '.join(map(str, faster))} only."
 
 
 def main() -> None:
@@ -94,13 +105,14 @@ def main() -> None:
     caption = (
         f"Training end to end against context length K (3K tokens), {size}, Primal rank 32, "
         f"batch {batch}, on {device_name(device)}, torch "
-        f"{torch.__version__}: steps/s in {args.rounds} alternating rounds, GFLOP per step "
+        f"{torch.__version__}: steps/s in {args.rounds} alternating rounds (every model and precision in one process), GFLOP per step "
         f"(forward and backward, torch.utils.flop_counter) and peak memory above the resident "
         f"model and data" + (" (process peak resident size)" if not cuda else "") + ":"
     )
     header = (
-        "| K | tokens | DT steps/s | Primal-DT (every block) steps/s | Primal / DT | DT GFLOP "
-        "| Primal GFLOP | DT MiB | Primal MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| K | tokens | precision | DT steps/s | Primal-DT (every block) steps/s | Primal / DT "
+        "| DT GFLOP | Primal GFLOP | DT MiB | Primal MiB "
+        "|\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     )
     name = f"bench_context_{device.type}"
     found: dict[int, dict] = {}
@@ -110,9 +122,10 @@ def main() -> None:
         steps = max((6000 if cuda else 2000) // k, 2 * args.rounds) if not args.tiny else 2
         found[k] = measure(k, batch, steps, args.rounds, args.device, args.tiny)
         print(k, found[k], flush=True)
-        rows.append(row(k, found[k]))
+        rows += [row(k, p, found[k]) for p in PRECISIONS[device.type]]
         publish_so_far(name, caption, header, rows, args.write_readme)
-    publish(name, caption, header, [*rows, "", crossover(found)], args.write_readme)
+    words = " ".join(crossover(found, p) for p in PRECISIONS[device.type])
+    publish(name, caption, header, [*rows, "", words], args.write_readme)
 
 
 if __name__ == "__main__":

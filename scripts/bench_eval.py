@@ -11,7 +11,9 @@ HalfCheetah-v5: speed does not depend on the weights, and HalfCheetah episodes a
 steps, so every evaluator does the same work per step. The sequential loop runs the first
 --sequential-episodes of the same episodes (its rate per step does not depend on how many), and
 every evaluator's returns on those episodes are compared with it: the table gives the largest
-relative difference. (They are not bit-identical: a batched model call sums in another order
+relative difference. The vectorised evaluator acts in float32 and, on a CPU, in bf16 autocast
+(what train.precision "auto" resolves to on a CPU with a bf16 unit), each row its own timing.
+(They are not bit-identical: a batched model call sums in another order
 than a batch of one, and 1000 chaotic HalfCheetah steps grow float32 rounding into fractions of
 a percent. tests/test_evaluation.py checks the two equal on short episodes.)
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from bench_common import device_name
+from bench_train import PRECISIONS
 from readme_table import publish
 
 from primal_dt.common.config import load_config, named_config_path
@@ -72,19 +75,27 @@ Evaluator = Callable[[list[Job]], tuple[np.ndarray, np.ndarray]]
 
 
 def measure(label: str, policy: Policy, task: TaskRecord, args: argparse.Namespace) -> list[str]:
+    """Rows of every evaluator of `policy`; the vectorised ones in each precision of the device,
+    the sequential reference in float32."""
     jobs = make_jobs(task.eval_targets[:1], args.episodes, seed=0)
+    fp32 = dataclasses.replace(policy, precision="fp32")
     evaluators: dict[str, tuple[Evaluator, list[Job]]] = {
-        "sequential, batch 1": (
-            lambda j: sequential_rollout(policy, task, j),
+        "sequential, batch 1, fp32": (
+            lambda j: sequential_rollout(fp32, task, j),
             jobs[: args.sequential_episodes],
         ),
-        "vectorised, SyncVectorEnv": (lambda j: rollout(policy, task, j), jobs),
     }
-    if args.workers > 1:
-        evaluators[f"vectorised, AsyncVectorEnv, {args.workers} workers"] = (
-            lambda j: rollout(policy, task, j, workers=args.workers),
+    for precision in PRECISIONS[policy.device.type]:
+        acting = dataclasses.replace(policy, precision=precision)
+        evaluators[f"vectorised, SyncVectorEnv, {precision}"] = (
+            lambda j, acting=acting: rollout(acting, task, j),
             jobs,
         )
+        if args.workers > 1:
+            evaluators[f"vectorised, AsyncVectorEnv, {args.workers} workers, {precision}"] = (
+                lambda j, acting=acting: rollout(acting, task, j, workers=args.workers),
+                jobs,
+            )
     rows, base_rate, reference = [], None, None
     for name, (evaluate, subset) in evaluators.items():
         start = time.perf_counter()

@@ -1,14 +1,23 @@
-"""Measurement: what bf16 autocast does to what the policy is conditioned on, on a CPU.
+"""Measurement: what bf16 autocast costs in quality, on a CPU: float32 against bf16, same seeds.
 
-    python scripts/bench_precision.py [--steps 1000] [--write-readme]
+    python scripts/bench_precision.py [--seeds 0,1,2] [--write-readme]
 
 Under autocast the return-to-go enters `embed_return` in bf16, whose resolution at 3.6 (a target
 of 3600 over return_scale 1000) is 2**-6, about 16 units of return, where a Hopper step earns
-about 3. This script shows that input resolution directly, then trains the README's quick-start
-model (hopper-bundled, embed 64, Primal rank 16) twice from the same seed, train.precision "fp32"
-and "bf16", and compares what decides whether it matters: the final action and KSVD losses, and
-the return-conditioning curve (normalised return achieved at each target, the policy acting in
-the precision it trained in).
+about 3; the matrix products, softmax and GELU run in bf16 too, while the loss, the KSVD
+objective's sums and the prefix means sum in float32 (attention.py, trainer.py). This script
+shows the input resolution, then trains two models from each seed twice, train.precision "fp32"
+and "bf16", changing nothing else, and compares what decides whether bf16 costs anything:
+
+- the README's quick-start model (hopper-bundled, embed 64, Primal rank 16, 1000 steps);
+- a DT-size model (configs/dt.toml: embed 128, 3 layers, 1 head, softmax; warm-up 200 steps
+  instead of 10,000 at this budget) on hopper-medium recorded here from tests/policies' SAC policy
+  (the recipe of scripts/results.py), 2000 steps.
+
+For each: the final action loss, the final score (the better of the task's two targets, 10
+episodes each, as the run's final evaluation scores it) and the return-conditioning curve
+(normalised return at targets 0 to 4000, 5 episodes each), the policy acting in the precision it
+trained in. Per precision the table gives the mean over seeds with a Student's t 95% interval.
 """
 
 from __future__ import annotations
@@ -16,17 +25,31 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import tempfile
+import time
 from pathlib import Path
 
+import numpy as np
 import torch
-from bench_common import primal_dt
+from bench_common import device_name, primal_dt
 from readme_table import publish
+from scipy import stats
 
 from primal_dt.store.dashboards import read_scalars
 
-SETTINGS = ["model.embed_dim=64", "model.primal_rank=16", "train.warmup_steps=100"]
+ROOT = Path(__file__).resolve().parents[1]
+POLICIES = ROOT / "tests" / "policies"
 TARGETS = "0:4000:5"
+MODELS = {  # label -> (task, config, steps, overrides)
+    "quick-start model (hopper-bundled, embed 64, rank 16)": (
+        "hopper-bundled", "primal-dt", 1000,
+        ["model.embed_dim=64", "model.primal_rank=16", "train.warmup_steps=100"],
+    ),
+    "DT size (configs/dt.toml, hopper-medium recorded here)": (
+        "hopper-medium", "dt", 2000, ["train.warmup_steps=200"],
+    ),
+}  # fmt: skip
 
 
 def input_resolution() -> str:
@@ -40,47 +63,92 @@ def input_resolution() -> str:
     )
 
 
-def train_and_sweep(precision: str, steps: int, folder: Path) -> dict:
-    run = folder / precision
-    settings = [*SETTINGS, f'train.precision="{precision}"']
-    primal_dt("train", "--env", "hopper-bundled", "--device", "cpu", "--steps", str(steps),
-        "--final-episodes", "0", "--run-dir", str(run), "--no-progress",
-        *[a for s in settings for a in ("--set", s)])  # fmt: skip
-    (record,) = json.loads(primal_dt("eval", "--ckpt", str(run), "--target-sweep", TARGETS,
-                               "--episodes", "5", "--device", "cpu", "--json"))  # fmt: skip
-    scalars = read_scalars(run)
-    last = {tag: scalars[tag][-1][1] for tag in ("train/action_loss", "train/ksvd_loss")}
-    curve = {s["target"]: s["normalized_mean"] for s in record["results"]}
-    return {**last, "curve": curve, "precision": record["precision"]}
+def record_hopper_medium(env: dict[str, str]) -> None:
+    """hopper-medium from the SAC policy, made once (scripts/results.py's recipe)."""
+    if not (Path(env["MINARI_DATASETS_PATH"]) / "primal-dt" / "hopper" / "medium-v0").exists():
+        primal_dt("datasets", "make", "--env", "hopper", "--recipe", "policy", "--name", "medium",
+                  "--policy", str(POLICIES / "sac" / "Hopper-v5.zip"), "--steps", "20000",
+                  "--expert-policy", str(POLICIES / "tqc" / "Hopper-v5.zip"), "--no-progress",
+                  env=env)  # fmt: skip
+
+
+def train_and_measure(model: str, precision: str, seed: int, folder: Path, env: dict) -> dict:
+    task, config, steps, overrides = MODELS[model]
+    run = folder / f"{config}-{precision}-s{seed}"
+    settings = [*overrides, f'train.precision="{precision}"', "train.eval_every=0"]
+    primal_dt("train", "--env", task, "--config", config, "--device", "cpu", "--steps",
+              str(steps), "--seed", str(seed), "--final-episodes", "10", "--run-dir", str(run),
+              "--no-progress", "--offline", *[a for s in settings for a in ("--set", s)],
+              env=env)  # fmt: skip
+    (final,) = [json.loads(line) for line in (run / "eval.jsonl").read_text().splitlines()]
+    (curve,) = json.loads(primal_dt("eval", "--ckpt", str(run), "--target-sweep", TARGETS,
+                                    "--episodes", "5", "--device", "cpu", "--json", env=env))  # fmt: skip
+    assert final["precision"] == curve["precision"] == precision
+    loss = read_scalars(run)["train/action_loss"][-1][1]
+    points = {s["target"]: s["normalized_mean"] for s in curve["results"]}
+    return {"loss": loss, "score": final["score"], "curve": points}
+
+
+def interval(values: list[float]) -> str:
+    """mean ± the half-width of Student's t 95% interval over the seeds."""
+    mean = float(np.mean(values))
+    half = stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / math.sqrt(len(values))
+    return f"{mean:.3g} ± {half:.2g}"
+
+
+def overlap(a: list[float], b: list[float]) -> bool:
+    def bounds(v: list[float]) -> tuple[float, float]:
+        half = stats.t.ppf(0.975, len(v) - 1) * np.std(v, ddof=1) / math.sqrt(len(v))
+        return float(np.mean(v)) - half, float(np.mean(v)) + half
+
+    (lo_a, hi_a), (lo_b, hi_b) = bounds(a), bounds(b)
+    return lo_a <= hi_b and lo_b <= hi_a
+
+
+def rows_for(model: str, found: dict[str, list[dict]]) -> list[str]:
+    """One model's rows: loss, score and each curve point, fp32 and bf16 over the seeds."""
+    measures = [("final train/action_loss", lambda r: r["loss"]),
+                ("final score (normalised, better target)", lambda r: r["score"])]  # fmt: skip
+    targets = found["fp32"][0]["curve"]
+    measures += [(f"normalised return at target {t:g}", lambda r, t=t: r["curve"][t])
+                 for t in targets]  # fmt: skip
+    rows = []
+    for name, value in measures:
+        fp32 = [value(r) for r in found["fp32"]]
+        bf16 = [value(r) for r in found["bf16"]]
+        verdict = "none detected" if overlap(fp32, bf16) else "intervals apart"
+        rows.append(f"| {model} | {name} | {interval(fp32)} | {interval(bf16)} | {verdict} |")
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--out", help="where the dataset and runs go (default: a temporary folder)")
     parser.add_argument("--write-readme", action="store_true")
     args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
     print(input_resolution(), flush=True)
-    with tempfile.TemporaryDirectory() as folder:
-        found = {p: train_and_sweep(p, args.steps, Path(folder)) for p in ("fp32", "bf16")}
-    fp32, bf16 = found["fp32"], found["bf16"]
-    rows = [
-        f"| final train/action_loss | {fp32['train/action_loss']:.4f} "
-        f"| {bf16['train/action_loss']:.4f} |",
-        f"| final train/ksvd_loss | {fp32['train/ksvd_loss']:.3g} | {bf16['train/ksvd_loss']:.3g} |",
-    ]
-    rows += [
-        f"| normalised return at target {target:g} | {fp32['curve'][target]:.1f} "
-        f"| {bf16['curve'][target]:.1f} |"
-        for target in fp32["curve"]
-    ]
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(args.out or temporary).resolve()
+        env = {**os.environ, "MINARI_DATASETS_PATH": str(folder / "minari")}
+        record_hopper_medium(env)
+        rows = []
+        for model in MODELS:
+            found: dict[str, list[dict]] = {"fp32": [], "bf16": []}
+            for seed in seeds:
+                for precision in found:  # alternating, so a drifting machine affects both alike
+                    found[precision].append(train_and_measure(model, precision, seed, folder, env))
+                    print(model, precision, seed, found[precision][-1], flush=True)
+            rows += rows_for(model, found)
+    minutes = (time.monotonic() - start) / 60
     caption = (
-        f"The quick-start model (hopper-bundled, embed 64, Primal rank 16, {args.steps} steps, "
-        f"seed 0) trained and evaluated in float32 and in bf16 autocast on a CPU (5 episodes "
-        f"per target, acting in {fp32['precision']} and {bf16['precision']}). "
-        + input_resolution()
-        + ":"
+        f"float32 against bf16 autocast on {device_name(torch.device('cpu'))}, seeds "
+        f"{args.seeds}, the only difference train.precision (mean over seeds ± Student's t 95% "
+        f"interval; {minutes:.0f} minutes). {input_resolution()}:"
     )
-    header = "| measure | float32 | bf16 |\n|---|---:|---:|"
+    header = "| model | measure | float32 | bf16 | difference |\n|---|---|---:|---:|---|"
     publish("bench-precision", caption, header, rows, args.write_readme)
 
 

@@ -13,7 +13,13 @@ from CUDA's allocator in the same run, or on CPU from a fresh process per model 
 only one peak resident size). The processes that time run with the OpenMP wait setting the
 `primal-dt` command uses (primal_dt/common/cpu.py), so the figures are those a user gets.
 
-A second table, eager only, sets the training step against the same model computed at every token
+On a CPU each model trains in float32 and in bf16 autocast (train.precision "fp32" and "bf16") in
+the same rounds; a precision table sets them side by side, with the bf16 step's arithmetic rate
+(GFLOP/s) against the rate of its own matrix products alone: every mm, addmm and bmm that one
+step calls, replayed on tensors of the same shapes, strides and dtypes (what the CPU's bf16 unit
+does at the step's shapes). On CUDA the models train in bf16, what "auto" resolves to there.
+
+A cut table, eager and in the default precision only, sets the training step against the same model computed at every token
 (forward(..., every_token=True): the last block at all 3K tokens instead of the K state tokens the
 loss reads, and a_K kept): its arithmetic per step (torch.utils.flop_counter, forward and backward:
 the matrix products and attention; element-wise work is not counted) and its speed, timed in the
@@ -23,9 +29,11 @@ same alternating rounds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +48,7 @@ from bench_common import (
     time_alternately,
 )
 from readme_table import publish, publish_so_far
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from primal_dt.common.config import COMPILE_MODES, load_config, named_config_path
@@ -90,13 +99,24 @@ def synthetic_data(episodes: int = 20, length: int = 1000) -> TaskData:
 
 MODELS = {"DT": "none", "Primal-DT": "last"}  # name -> model.primal_blocks
 EVERY_TOKEN = ", every token"  # suffix of a model's name: computed without the cut
+PRECISIONS = {"cpu": ("fp32", "bf16"), "cuda": ("bf16",)}  # timed per device type
+DEFAULT_PRECISION = "bf16"  # what "auto" resolves to on the CPUs this runs on, and on CUDA
+
+
+def model_name(name: str, precision: str, every_token: bool = False) -> str:
+    return f"{name} {precision}" + (EVERY_TOKEN if every_token else "")
 
 
 def make_trainer(
-    point: dict[str, Any], primal_blocks: str, run_dir: Path, every_token: bool = False
+    point: dict[str, Any],
+    primal_blocks: str,
+    run_dir: Path,
+    every_token: bool = False,
+    precision: str = DEFAULT_PRECISION,
 ) -> Trainer:
     overrides = [
         f"model.primal_blocks={json.dumps(primal_blocks)}",
+        f"train.precision={json.dumps(precision)}",
         f"train.device={json.dumps(point['device'])}",
         f"train.compile={'true' if point['compile'] else 'false'}",
         f"train.compile_mode={json.dumps(point['compile'] or 'default')}",
@@ -117,6 +137,52 @@ def step_flops(trainer: Trainer) -> int:
     return counter.get_total_flops()
 
 
+MATRIX_PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+                   torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}  # fmt: skip
+
+
+class MatrixProductRecorder(TorchDispatchMode):
+    """The matrix products an operation calls: each op with its tensors' shapes, strides, dtypes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, tuple]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in MATRIX_PRODUCTS:
+            spec = tuple((a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
+                         for a in args)  # fmt: skip
+            self.calls.append((func, spec))
+        return func(*args, **(kwargs or {}))
+
+
+def matrix_product_rate(trainer: Trainer, repeats: int = 20) -> float:
+    """GFLOP/s of one training step's matrix products alone: each replayed `repeats` times on
+    random tensors of its shapes, strides and dtype (so what the hardware does at those shapes)."""
+    with MatrixProductRecorder() as recorder:
+        trainer.train_step(trainer.sampler.sample(trainer.config.train.batch_size))
+
+    def tensor(shape: torch.Size, stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty_strided(shape, stride, dtype=dtype, device=trainer.device).normal_()
+
+    replays = []
+    for func, spec in recorder.calls:
+        args = [tensor(*a) if isinstance(a, tuple) and len(a) == 3 and isinstance(a[0], torch.Size)
+                else a for a in spec]  # fmt: skip
+        replays.append((func, args))
+    with FlopCounterMode(display=False) as counter:
+        for func, args in replays:
+            func(*args)
+    for func, args in replays:  # warm-up
+        func(*args)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        for func, args in replays:
+            func(*args)
+    seconds = (time.perf_counter() - start) / repeats
+    return counter.get_total_flops() / seconds / 1e9
+
+
 def run_steps(trainer: Trainer, steps: int) -> None:
     batch_size = trainer.config.train.batch_size
     for _ in range(steps):
@@ -129,8 +195,8 @@ def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
     per_round = max(1, point["steps"] // point["rounds"])
     with tempfile.TemporaryDirectory() as run_dir:
         trainers = {
-            name: make_trainer(point, blocks, Path(run_dir) / name, every_token)
-            for name, (blocks, every_token) in point["models"].items()
+            name: make_trainer(point, blocks, Path(run_dir) / safe(name), every_token, precision)
+            for name, (blocks, every_token, precision) in point["models"].items()
         }
         for trainer in trainers.values():
             run_steps(trainer, point["warmup"])  # compile, kernel choice, allocator warm-up
@@ -143,15 +209,24 @@ def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
         flops = {} if point["compile"] else {
             f"{name} flops": step_flops(trainer) for name, trainer in trainers.items()
         }  # fmt: skip
+        rates = {} if point["compile"] or device.type != "cpu" else {
+            f"{name} matrix rate": matrix_product_rate(trainer)
+            for name, trainer in trainers.items() if not name.endswith(EVERY_TOKEN)
+        }  # fmt: skip
     speeds = {name: per_round * point["rounds"] / sum(seconds[name]) for name in runs}
-    return {**speeds, **memory, **flops}
+    return {**speeds, **memory, **flops, **rates}
+
+
+def safe(name: str) -> str:
+    return name.replace(" ", "_").replace(",", "")
 
 
 def measure_memory(point: dict[str, Any]) -> dict[str, Any]:
     """Peak resident size of one model's training steps in a process of its own (CPU), above the
     resident model, optimizer and data."""
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = make_trainer(point, point["primal_blocks"], Path(run_dir))
+        trainer = make_trainer(point, point["primal_blocks"], Path(run_dir), False,
+                               point["precision"])  # fmt: skip
         baseline = reset_peak_memory(trainer.device)
         run_steps(trainer, point["warmup"])
         return {"bytes": peak_memory(trainer.device, baseline)}
@@ -171,7 +246,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="alternating rounds (default 10)")
     parser.add_argument(
         "--compile", nargs="?", const="default", choices=COMPILE_MODES, metavar="MODE",
-        help="also time torch.compile'd steps, in this mode (default: default)",
+        help="also time torch.compile'd steps (bf16), in this mode (default: default)",
     )  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="a tiny model instead (dry runs)")
     parser.add_argument("--write-readme", action="store_true")
@@ -183,70 +258,120 @@ def main() -> None:
     device = torch.device(args.device)
     steps = args.steps or (2000 if device.type == "cuda" else 100)
     batch = 8 if args.tiny else 64
-    caption = (
-        f"Training steps per second (batch {batch}, K 20, {steps} timed steps "
-        f"each, in {args.rounds} alternating rounds) and peak memory "
-        f"(above the resident model and data"
-        + ("; process peak resident size on CPU" if device.type == "cpu" else "")
-        + f") on {device_name(device)}, torch {torch.__version__}:"
-    )
-    header = (
-        "| size | mode | DT steps/s | Primal-DT steps/s | Primal-DT / DT | DT MiB "
-        "| Primal-DT MiB |\n|---|---|---:|---:|---:|---:|---:|"
-    )
-    cut_caption = (
-        f"The training step against the same model computed at every token (eager; batch "
-        f"{batch}, K 20; GFLOP per step, forward and backward, as torch.utils.flop_counter "
-        f"counts them; steps/s from the same alternating rounds) on {device_name(device)}:"
-    )
-    cut_header = (
-        "| size | model | GFLOP, every token | GFLOP, trained | arithmetic | steps/s, every token "
-        "| steps/s, trained | speed-up |\n|---|---|---:|---:|---:|---:|---:|---:|"
-    )
-    rows, cut_rows = [], []
+    where = f"{device_name(device)}, torch {torch.__version__}"
+    tables = {
+        "train": Table(
+            f"bench_train_{device.type}",
+            f"Training steps per second (batch {batch}, K 20, {steps} timed steps each, in "
+            f"{args.rounds} alternating rounds) and peak memory (above the resident model and "
+            f"data"
+            + ("; process peak resident size on CPU" if device.type == "cpu" else "")
+            + f") on {where}:",
+            "| size | precision | mode | DT steps/s | Primal-DT steps/s | Primal-DT / DT "
+            "| DT MiB | Primal-DT MiB |\n|---|---|---|---:|---:|---:|---:|---:|",
+        ),
+        "precision": Table(
+            f"bench_precision_{device.type}",
+            f"The training step in bf16 autocast against float32 (eager; the same alternating "
+            f"rounds) on {where}; GFLOP/s: the step's matrix-product arithmetic (forward and "
+            f"backward, torch.utils.flop_counter) per second of the whole step, and per second "
+            f"of those matrix products alone, replayed at the step's shapes:",
+            "| size | model | fp32 steps/s | bf16 steps/s | bf16 / fp32 | bf16 step GFLOP/s "
+            "| bf16 matrix products alone, GFLOP/s | fp32 step GFLOP/s "
+            "|\n|---|---|---:|---:|---:|---:|---:|---:|",
+        ),
+        "cut": Table(
+            f"bench_cut_{device.type}",
+            f"The training step against the same model computed at every token (eager, "
+            f"{DEFAULT_PRECISION}; batch {batch}, K 20; GFLOP per step, forward and backward, as "
+            f"torch.utils.flop_counter counts them; steps/s from the same alternating rounds) "
+            f"on {where}:",
+            "| size | model | GFLOP, every token | GFLOP, trained | arithmetic | steps/s, every "
+            "token | steps/s, trained | speed-up |\n|---|---|---:|---:|---:|---:|---:|---:|",
+        ),
+    }
+    precisions = PRECISIONS[device.type]
     sizes = (TINY_SIZES if args.tiny else SIZES).items()
     # Eager at every size first, then compiled (slow to compile): what is cut short comes last.
     for compiled in (None, args.compile) if args.compile else (None,):
         for label, (config, overrides) in sizes:
-            models = {name: (blocks, False) for name, blocks in MODELS.items()}
-            if not compiled:
-                models |= {name + EVERY_TOKEN: (blocks, True) for name, blocks in MODELS.items()}
+            models = {
+                model_name(name, p, every): (blocks, every, p)
+                for name, blocks in MODELS.items()
+                for p in ((DEFAULT_PRECISION,) if compiled else precisions)
+                for every in ((False,) if compiled or p != DEFAULT_PRECISION else (False, True))
+            }
             point = {"config": config, "overrides": list(overrides), "device": args.device,
                      "compile": compiled, "warmup": 30 if compiled else 10}  # fmt: skip
             found = measure_side_by_side(
                 __file__, {**point, "steps": steps, "rounds": args.rounds, "models": models},
-                {name: {"primal_blocks": blocks} for name, blocks in MODELS.items()},
+                {name: {"primal_blocks": blocks, "precision": p}
+                 for name, (blocks, every, p) in models.items() if not every},
             )  # fmt: skip
             mode = f"torch.compile ({compiled})" if compiled else "eager"
             print(label, mode, found, flush=True)
-            if "error" in found:
-                rows.append(f"| {label} | {mode} | {found['error']} |||||")
-            else:
-                dt, primal = found["DT"], found["Primal-DT"]
-                rows.append(
-                    f"| {label} | {mode} | {dt:.4g} | {primal:.4g} | {primal / dt:.2f}x "
-                    f"| {mebibytes(found['DT bytes'])} | {mebibytes(found['Primal-DT bytes'])} |"
-                )
-            publish_so_far(f"bench_train_{device.type}", caption, header, rows, args.write_readme)
-            if not compiled:
-                if "error" in found:
-                    cut_rows.append(f"| {label} | | {found['error']} ||||||")
-                else:
-                    cut_rows += [cut_row(label, name, found) for name in MODELS]
-                publish_so_far(
-                    f"bench_cut_{device.type}", cut_caption, cut_header, cut_rows, args.write_readme
-                )
-    publish(f"bench_train_{device.type}", caption, header, rows, args.write_readme)
-    publish(f"bench_cut_{device.type}", cut_caption, cut_header, cut_rows, args.write_readme)
+            for p in (DEFAULT_PRECISION,) if compiled else precisions:
+                tables["train"].add(train_row(label, p, mode, found), args.write_readme)
+            if compiled:
+                continue
+            if len(precisions) > 1:
+                for name in MODELS:
+                    tables["precision"].add(precision_row(label, name, found), args.write_readme)
+            for name in MODELS:
+                tables["cut"].add(cut_row(label, name, found), args.write_readme)
+    for table in tables.values():
+        if table.rows:
+            publish(table.name, table.caption, table.header, table.rows, args.write_readme)
+
+
+@dataclasses.dataclass
+class Table:
+    """A table that goes into the README row by row (publish_so_far), then whole (publish)."""
+
+    name: str
+    caption: str
+    header: str
+    rows: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, row: str, write: bool) -> None:
+        self.rows.append(row)
+        publish_so_far(self.name, self.caption, self.header, self.rows, write)
+
+
+def train_row(label: str, precision: str, mode: str, found: dict[str, Any]) -> str:
+    if "error" in found:
+        return f"| {label} | {precision} | {mode} | {found['error']} |||||"
+    dt, primal = found[model_name("DT", precision)], found[model_name("Primal-DT", precision)]
+    memory = [mebibytes(found[model_name(name, precision) + " bytes"]) for name in MODELS]
+    return (
+        f"| {label} | {precision} | {mode} | {dt:.4g} | {primal:.4g} | {primal / dt:.2f}x "
+        f"| {memory[0]} | {memory[1]} |"
+    )
+
+
+def precision_row(label: str, name: str, found: dict[str, Any]) -> str:
+    """One model's bf16 step against its float32 step, and the bf16 step's arithmetic rate."""
+    if "error" in found:
+        return f"| {label} | {name} | {found['error']} ||||||"
+    fp32, bf16 = model_name(name, "fp32"), model_name(name, "bf16")
+    rate = {p: found[m + " flops"] * found[m] / 1e9 for p, m in (("fp32", fp32), ("bf16", bf16))}
+    return (
+        f"| {label} | {name} | {found[fp32]:.4g} | {found[bf16]:.4g} "
+        f"| {found[bf16] / found[fp32]:.2f}x | {rate['bf16']:.0f} "
+        f"| {found[bf16 + ' matrix rate']:.0f} | {rate['fp32']:.0f} |"
+    )
 
 
 def cut_row(label: str, name: str, found: dict[str, Any]) -> str:
     """A row of the cut table: one model, computed at every token and as it trains."""
-    full, cut = found[name + EVERY_TOKEN + " flops"] / 1e9, found[name + " flops"] / 1e9
-    full_speed, cut_speed = found[name + EVERY_TOKEN], found[name]
+    if "error" in found:
+        return f"| {label} | {name} | {found['error']} ||||||"
+    trained = model_name(name, DEFAULT_PRECISION)
+    every = model_name(name, DEFAULT_PRECISION, every_token=True)
+    full, cut = found[every + " flops"] / 1e9, found[trained + " flops"] / 1e9
     return (
-        f"| {label} | {name} | {full:.2f} | {cut:.2f} | {cut / full:.2f}x | {full_speed:.4g} "
-        f"| {cut_speed:.4g} | {cut_speed / full_speed:.2f}x |"
+        f"| {label} | {name} | {full:.2f} | {cut:.2f} | {cut / full:.2f}x | {found[every]:.4g} "
+        f"| {found[trained]:.4g} | {found[trained] / found[every]:.2f}x |"
     )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -26,6 +27,8 @@ from primal_dt.method.attention import (
     MaskedEnergy,
     PrimalAttention,
     UnitNormalize,
+    causal_padding_mask,
+    explicit_attention,
     ksvd_objective,
 )
 from primal_dt.method.model import Block, DecisionTransformer
@@ -278,6 +281,21 @@ def test_causal_softmax_matches_direct_softmax(dtype: torch.dtype, atol: float) 
     torch.testing.assert_close(y, y_ref.to(dtype), atol=atol, rtol=0)
 
 
+def test_the_cpu_attention_computes_what_sdpa_computes() -> None:
+    """explicit_attention, a CPU's softmax path, against scaled_dot_product_attention, CUDA's, on
+    the same queries, keys, values and padding masks, at every row and at some (float64)."""
+    torch.manual_seed(3)
+    with torch.device("cpu"):
+        q, k, v = (torch.randn(4, HEADS, LENGTH, 8, dtype=torch.float64) for _ in range(3))
+        mask = causal_padding_mask(padding_masks())
+    rows = slice(1, None, 3)
+    for queries, allowed in ((q, mask), (q[:, :, rows], mask[:, :, rows])):
+        expected = F.scaled_dot_product_attention(queries, k, v, attn_mask=allowed)
+        torch.testing.assert_close(
+            explicit_attention(queries, k, v, allowed, 0.0), expected, rtol=1e-12, atol=1e-12
+        )
+
+
 # ----------------------------------------------------------------- causality and padding
 
 
@@ -396,7 +414,7 @@ def test_outputs_at_rows_cost_only_their_rows(kind: str, objective: bool) -> Non
         x = torch.randn(batch, LENGTH, EMBED, dtype=torch.float64)
 
     def products(given: slice | None) -> tuple[int, int]:
-        """FLOPs of the matrix products (SDPA's own kernel aside): all, and P5's (concat, proj)."""
+        """FLOPs of the matrix products: all, and P5's (concat, proj)."""
         with FlopCounterMode(display=False) as counter, torch.no_grad():
             layer(x, mask, given, objective)
         counts = counter.get_flop_counts()
@@ -409,8 +427,11 @@ def test_outputs_at_rows_cost_only_their_rows(kind: str, objective: bool) -> Non
     full, p5 = products(None)
     cut, _ = products(rows)
     if kind == "softmax":
-        assert full == 2 * batch * EMBED * 4 * EMBED * LENGTH  # q, k, v and output, every token
+        # q, k, v and output projections at every token; on a CPU the attention's own products,
+        # q k^T and probabilities times v (explicit_attention), each 2 B L L D.
+        assert full == 2 * batch * EMBED * (4 * EMBED * LENGTH + 2 * LENGTH * LENGTH)
         expected = 2 * batch * EMBED * (2 * EMBED * LENGTH + 2 * EMBED * wanted)
+        expected += 2 * batch * EMBED * 2 * wanted * LENGTH
     elif objective:  # e and r everywhere (J reads them), P5 at the rows
         expected = full - p5 * (LENGTH - wanted) // LENGTH
     else:

@@ -7,8 +7,7 @@ import torch
 from conftest import DEVICE, train_args
 
 from primal_dt.cli import main
-from primal_dt.store.results import read_results
-from primal_dt.store.rundir import RunDir, read_snapshot
+from primal_dt.store.rundir import read_snapshot
 from primal_dt.training.trainer import action_loss
 
 
@@ -47,16 +46,3 @@ def test_the_action_loss_counts_real_entries_in_float32() -> None:
     direct = ((predicted.double() - target.double()) ** 2)[0, 1:].mean()
     loss = action_loss(predicted, target, mask)
     assert abs(loss.double() - direct) / direct < 1e-6
-
-
-def test_each_evaluation_records_its_device_and_precision(minari_root, tmp_path) -> None:
-    """A record says where and in which precision the policy acted (a checkpoint re-evaluated
-    elsewhere, or in another precision, gives other numbers); bf16 runs act in bf16."""
-    on_cpu = DEVICE == "cpu"
-    for precision, expected in (("auto", "fp32" if on_cpu else "bf16"), ("bf16", "bf16")):
-        run_dir = tmp_path / precision
-        extra = ("eval.final_episodes=1", f'train.precision="{precision}"')
-        assert main(train_args(run_dir, 5, *extra)) == 0
-        (record,) = read_results(RunDir(run_dir))
-        assert record.precision == expected
-        assert record.device == "cpu" if on_cpu else record.device.startswith("cuda")

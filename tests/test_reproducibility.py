@@ -30,6 +30,9 @@ STEPS = 100
 # and mid-evaluation; one episode per evaluation keeps each short.
 EVALUATING = ("train.ckpt_every=10", "train.eval_every=20", "eval.episodes=1",
               "eval.final_episodes=1")  # fmt: skip
+# bf16, what "auto" resolves to on the CPUs this project runs on, forced so that the tests mean
+# the same on any machine; float32 has its own same-bits test.
+BF16 = 'train.precision="bf16"'
 TIMING = "train/steps_per_sec"  # the one scalar that is a measurement of time
 
 
@@ -47,7 +50,7 @@ def start(args: list[str]) -> subprocess.Popen:
 
 
 def train(run_dir: Path, steps: int = STEPS, *extra: str) -> None:
-    process = start(train_args(run_dir, steps, *EVALUATING, *extra))
+    process = start(train_args(run_dir, steps, *EVALUATING, BF16, *extra))
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output
 
@@ -91,6 +94,14 @@ def test_the_same_command_gives_the_same_bits(straight, tmp_path) -> None:
     assert [s for s, _ in logged["eval/final_normalized_return"]] == [100]
 
 
+def test_the_same_command_gives_the_same_bits_in_float32(minari_root, tmp_path) -> None:
+    fp32 = 'train.precision="fp32"'
+    train(tmp_path / "a", 40, fp32)
+    train(tmp_path / "b", 40, fp32)
+    assert read_snapshot(tmp_path / "a").config.train.precision == "fp32"
+    assert_same(tmp_path / "a", tmp_path / "b")
+
+
 def wait_for_checkpoint(process: subprocess.Popen, run_dir: Path, step: int) -> bool:
     """Until the run has saved a checkpoint of at least `step` (False: the run ended first)."""
     ckpt, seen = run_dir / "ckpt.pt", None
@@ -113,7 +124,7 @@ def test_a_run_stopped_and_resumed_many_times_ends_bit_identical(straight, tmp_p
     run_dir = tmp_path / "stopped"
     rng = random.Random(18)
     kills = [signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL, signal.SIGINT]
-    process = start(train_args(run_dir, STEPS, *EVALUATING))
+    process = start(train_args(run_dir, STEPS, *EVALUATING, BF16))
     stopped = []
     for i, signum in enumerate(kills):
         if not wait_for_checkpoint(process, run_dir, (i + 1) * STEPS // (len(kills) + 1)):

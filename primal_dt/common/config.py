@@ -103,7 +103,9 @@ class TrainConfig:
     compile: bool = False
     # torch.compile mode: default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs.
     compile_mode: str = "default"
-    # "auto": bf16 autocast on CUDA, float32 on a CPU; "bf16" or "fp32" force one (device.py).
+    # "auto": bf16 autocast where the device multiplies bf16 in hardware (CUDA since Ampere, CPUs
+    # with AMX or AVX-512 BF16), else float32; "bf16" or "fp32" force one (device.py). A run
+    # records what "auto" resolved to, and keeps it when resumed.
     precision: str = "auto"
     # CPU threads for training, fixed for the whole run; 0: automatic (cpu.py: OMP_NUM_THREADS,
     # else one per usable core).

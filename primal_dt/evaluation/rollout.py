@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from primal_dt.common.config import check_device_name
-from primal_dt.common.device import autocast, autocast_dtype
+from primal_dt.common.device import autocast, autocast_dtype, recorded_precision
 from primal_dt.common.errors import CheckpointError, ConfigError
 from primal_dt.evaluation.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
 from primal_dt.method.model import DecisionTransformer, evaluating
@@ -225,7 +225,7 @@ def load_policy(snapshot: Snapshot, device: torch.device, what: str) -> Policy:
         state_std=snapshot.state_std.to(device),
         return_scale=snapshot.config.train.return_scale,
         device=device,
-        precision=snapshot.config.train.precision,
+        precision=recorded_precision(snapshot.config.train.precision, device),
     )
 
 

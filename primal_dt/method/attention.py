@@ -59,6 +59,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from primal_dt.method.dropout import Dropout, dropout
+
 
 def causal_padding_mask(mask: Tensor) -> Tensor:
     """(B, 1, L, L) boolean mask for SDPA: query i sees keys j <= i that are real tokens.
@@ -73,8 +75,22 @@ def causal_padding_mask(mask: Tensor) -> Tensor:
     return causal & keys
 
 
+def explicit_attention(
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor, dropout_p: float
+) -> Tensor:
+    """softmax(q k^T / sqrt(d), masked) v, with dropout on the probabilities, written out: what
+    scaled_dot_product_attention computes, for a CPU. There SDPA's kernels are slower at the DT's
+    sizes (a training step's attention, forward and backward, took 1.8 times as long in bf16, and
+    as long in float32: README, Performance), and with dropout it draws torch's sequential random
+    numbers, where dropout.py draws them in parallel."""
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(q.shape[-1] ** -0.5)
+    probs = torch.softmax(scores.masked_fill_(~attn_mask, float("-inf")), dim=-1)
+    return torch.matmul(dropout(probs, dropout_p, dropout_p > 0.0), v)
+
+
 class CausalSelfAttention(nn.Module):
-    """Canonical multi-head causal softmax attention through scaled_dot_product_attention."""
+    """Canonical multi-head causal softmax attention: scaled_dot_product_attention on CUDA, its
+    computation written out on a CPU (explicit_attention)."""
 
     def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
         super().__init__()
@@ -82,7 +98,7 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
         self.proj = nn.Linear(embed_dim, embed_dim)
-        self.resid_dropout = nn.Dropout(dropout)
+        self.resid_dropout = Dropout(dropout)
 
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
@@ -99,13 +115,11 @@ class CausalSelfAttention(nn.Module):
             attn_mask = attn_mask[:, :, rows]
         q, k, v = (t.view(batch, -1, self.n_head, dim // self.n_head).transpose(1, 2)
                    for t in (q, k, v))  # fmt: skip
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=attn_mask,
-            dropout_p=self.dropout if self.training else 0.0,
-        )
+        dropout_p = self.dropout if self.training else 0.0
+        if x.device.type == "cpu":
+            y = explicit_attention(q, k, v, attn_mask, dropout_p)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).reshape(batch, q.shape[2], dim)
         return self.resid_dropout(self.proj(y)), None
 
@@ -196,7 +210,7 @@ class PrimalAttention(nn.Module):
         self.lam = nn.Parameter(torch.rand(n_head, rank))
         self.concat = nn.Linear(2 * rank, head_dim)
         self.proj = nn.Linear(embed_dim, embed_dim)
-        self.resid_dropout = nn.Dropout(dropout)
+        self.resid_dropout = Dropout(dropout)
 
     def scores(self, x: Tensor, mask: Tensor, rows: slice | None = None) -> Tensor:
         """e and r of steps P1-P4, stacked: (B, L, H, 2, s), [..., 0, :] = e, [..., 1, :] = r

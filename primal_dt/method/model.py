@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
+from primal_dt.method.dropout import Dropout
 
 STATE_TOKENS = slice(1, None, 3)  # s_t sits at 3t + 1 in (R_1, s_1, a_1, R_2, ...)
 LAST_TOKEN = slice(-1, None)
@@ -46,7 +47,7 @@ class Block(nn.Module):
             self.attn = CausalSelfAttention(dim, config.n_head, config.dropout)
         self.ln_2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(
-            nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(config.dropout)
+            nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), Dropout(config.dropout)
         )
 
     def forward(
@@ -77,7 +78,7 @@ class DecisionTransformer(nn.Module):
         self.embed_state = nn.Linear(state_dim, dim)
         self.embed_action = nn.Linear(act_dim, dim)
         self.embed_ln = nn.LayerNorm(dim)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         primal = config.primal_indices()
         self.blocks = nn.ModuleList(Block(config, i in primal) for i in range(config.n_layer))
         self.last_action_read_until = max(primal, default=-1)  # the last block that reads a_K

@@ -152,6 +152,8 @@ def _difference(saved: Config, wanted: Config) -> str | None:
             continue
         for key, value in values.items():
             old = old_values[section][key]
+            if (section, key, value) == ("train", "precision", "auto"):
+                continue  # a run records what "auto" resolved to where it started, and keeps it
             if key not in MECHANICS.get(section, ()) and old != value:
                 return f"{section}.{key} = {old!r} (the sweep asks for {value!r})"
     return None

@@ -12,7 +12,14 @@ import torch
 
 from primal_dt.common.config import Config
 from primal_dt.common.cpu import training_threads
-from primal_dt.common.device import adamw, resolve_device
+from primal_dt.common.device import (
+    adamw,
+    precision_chosen,
+    precision_note,
+    recorded_precision,
+    resolve_device,
+    resolve_precision,
+)
 from primal_dt.common.errors import CheckpointError, ConfigError
 from primal_dt.data.episodes import TaskData, WindowSampler, load_task_data
 from primal_dt.data.tasks import Task
@@ -43,6 +50,8 @@ def assemble(config: Config, data: TaskData, run_dir: Path) -> Trainer:
     train.compile asks), its optimiser, scheduler and sampler, and the run's evaluator, chosen
     here once (eval.service). Every setting is checked before anything is written."""
     device = resolve_device(config.train.device, "train.device")
+    # The run records what "auto" resolved to (config.json, hparams, checkpoints, eval records).
+    config.train.precision = resolve_precision(config.train.precision, device)
     evaluator = make_evaluator(config, RunDir(run_dir))
     if device.type == "cpu":
         # One count for the whole run: the weights' bits depend on it (cpu.py).
@@ -88,7 +97,9 @@ def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "def
             f"or choose another --run-dir"
         )
     data = load_task_data(task, config.data.download)
+    asked = config.train.precision
     trainer = assemble(config, data, run_dir)  # everything is checked: now write
+    trainer.notes.append(precision_chosen(asked, trainer.device))
     trainer.hold()
     if run.checkpoint.exists():  # another train got here first
         trainer.release()
@@ -124,7 +135,12 @@ def resume_run(path: Path, steps: int | None = None, download: bool | None = Non
         raise CheckpointError(
             f"{run} was trained on {record.env_id} but its dataset is now for {data.env_id}"
         )
+    # A run keeps the precision it started in (older checkpoints say "auto": recorded_precision).
+    device = resolve_device(config.train.device, "train.device")
+    config.train.precision = recorded_precision(config.train.precision, device)
     trainer = assemble(config, data, run.path)
+    note = precision_note(config.train.precision, trainer.device)
+    trainer.notes.extend([note] if note else [])
     trainer.restore(snapshot)
     trainer.hold()
     # The steps after the checkpoint are trained again, and evaluated again with them.
