@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from primal_dt.common.errors import PrimalDTError
+from primal_dt.common.errors import CheckpointError, PrimalDTError
 
 if TYPE_CHECKING:
     from primal_dt.training.trainer import Trainer
@@ -36,6 +36,8 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
     from primal_dt.data.tasks import dataset_task, resolve_task
     from primal_dt.training.launch import default_run_dir, resume_run, start_run
 
+    if args.rollback and not args.resume:
+        raise ConfigError("--from rolls a run back: give it with --resume RUN_DIR")
     if args.resume:
         given = (args.env, args.dataset, args.config, args.set, args.device, args.compile)
         if any(given) or args.seed is not None or args.final_episodes is not None:
@@ -43,7 +45,8 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
                 "--resume continues a run with its saved task and config; only --steps, "
                 "--offline and --no-progress may be given with it"
             )
-        return resume_run(Path(args.resume), args.steps, False if args.offline else None)
+        rollback = Path(args.rollback) if args.rollback else None
+        return resume_run(Path(args.resume), args.steps, False if args.offline else None, rollback)
     if bool(args.env) == bool(args.dataset):
         raise ConfigError(
             "give exactly one of --env TASK (e.g. halfcheetah-medium) or --dataset ID"
@@ -92,6 +95,12 @@ def _eval(args: argparse.Namespace) -> int:
     for record in records:
         for video in record.videos:
             print(f"video: {video}", file=sys.stderr)
+    failed = [record for record in records if record.error is not None]
+    for record in failed:  # each good checkpoint's numbers are above; the bad ones fail the command
+        print(f"primal-dt: error: {record.error}", file=sys.stderr)
+    if failed:
+        return CheckpointError.exit_code
+    for record in records:
         if record.video_error:  # the numbers above stand; the videos could not be made
             raise VideoUnavailable(record.video_error)
     return 0
@@ -157,8 +166,8 @@ def _add_datasets_parser(commands: argparse._SubParsersAction) -> None:
     )
     make.add_argument("--env", required=True, help=_env_names())
     make.add_argument(
-        "--recipe", required=True, choices=("policy", "random", "medium-replay", "medium-expert")
-    )
+        "--recipe", required=True, help="policy, random, medium-replay or medium-expert"
+    )  # checked with the other options (datasets.py), with a "did you mean" for a misspelling
     make.add_argument("--name", help="the dataset's quality name (default: the recipe's)")
     make.add_argument("--policy", metavar="FILE", help="policy recipe: an SB3 SAC/TQC .zip")
     count = make.add_mutually_exclusive_group()
@@ -199,6 +208,7 @@ def _sweep(args: argparse.Namespace) -> int:
         parallel=args.parallel,
         steps=args.steps,
         device=args.device,
+        final_episodes=args.final_episodes,
         offline=args.offline,
         overrides=list(args.set or []),
         ray_address=args.ray,
@@ -236,6 +246,10 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument("--parallel", type=int, default=1, help="runs training at once (1)")
     sweep.add_argument("--steps", type=int, help="training steps of every run (train.steps)")
     sweep.add_argument("--device", help="auto, cpu, cuda or cuda:N, for every run")
+    sweep.add_argument(
+        "--final-episodes", type=int,
+        help="episodes per target of every run's final evaluation (eval.final_episodes)",
+    )  # fmt: skip
     sweep.add_argument("--offline", action="store_true", help="never download datasets")
     sweep.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="config override for every run"
@@ -323,6 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (or from its ckpt.pt)"
     )
+    train.add_argument(
+        "--from", dest="rollback", metavar="CHECKPOINT",
+        help="with --resume: roll the run back to this kept checkpoint (RUN_DIR/checkpoints/"
+        "step_N.pt) and continue from it; what the run did after it is dropped",
+    )  # fmt: skip
     train.add_argument("--offline", action="store_true", help="never download datasets")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument(

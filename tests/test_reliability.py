@@ -14,11 +14,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import train_args
+from conftest import TINY, policy_file, train_args
 
 from primal_dt.cli import main
 from primal_dt.data.recording import random_policy, record_episodes, write_dataset
-from primal_dt.store.rundir import read_snapshot, write_snapshot
+from primal_dt.store.results import read_results
+from primal_dt.store.rundir import RunDir, read_snapshot, write_snapshot
 
 
 def test_sigterm_saves_and_says_how_to_resume(minari_root, tmp_path) -> None:
@@ -61,7 +62,8 @@ def test_a_checkpoint_crafted_to_run_code_is_refused(tmp_path, capsys) -> None:
     crafted = tmp_path / "ckpt.pt"
     torch.save({"format": "primal-dt-checkpoint", "version": 1, "x": _RunsCode(marker)}, crafted)
     assert main(["eval", "--ckpt", str(crafted)]) == 2
-    assert "not a loadable primal-dt checkpoint" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds objects other than tensors and plain values" in err and "weights_only" not in err
     assert not marker.exists()
 
 
@@ -82,8 +84,8 @@ def test_bad_checkpoints_are_refused_and_left_as_they_were(minari_root, tmp_path
     write_snapshot(other_env, ckpt)
 
     cases = [
-        (["eval", "--ckpt", str(truncated)], "not a loadable primal-dt checkpoint"),
-        (["train", "--resume", str(truncated.parent)], "not a loadable primal-dt checkpoint"),
+        (["eval", "--ckpt", str(truncated)], "is damaged (truncated or corrupt"),
+        (["train", "--resume", str(truncated.parent)], "is damaged (truncated or corrupt"),
         (["eval", "--ckpt", str(foreign)], "not a primal-dt checkpoint"),
         (["eval", "--ckpt", str(other_env)], "states/actions of size 11/3"),
         (["train", "--resume", str(tmp_path)], "not a primal-dt run directory"),
@@ -231,6 +233,7 @@ def test_a_run_directory_has_one_writer_and_a_killed_one_leaves_no_lock(
             time.sleep(0.2)
         busy = f"{run_dir} is in use: process {writer.pid} is its"
         for second in (["train", "--resume", str(run_dir), "--no-progress"],
+                       train_args(run_dir, 10),  # a new run in the same directory
                        ["eval", "--watch", str(run_dir), "--device", "cpu"]):  # fmt: skip
             result = subprocess.run(
                 [sys.executable, "-m", "primal_dt.cli", *second], capture_output=True, text=True
@@ -285,3 +288,68 @@ def test_files_follow_the_umask(minari_root, tmp_path) -> None:
         os.umask(previous)
     for name in ("ckpt.pt", "config.json", "checkpoints/step_00000005.pt"):
         assert (tmp_path / "run" / name).stat().st_mode & 0o777 == 0o644, name
+
+
+def test_a_behaviour_policy_for_another_environment_names_both_spaces(minari_root, capsys) -> None:
+    walker = policy_file("sac", "Walker2d-v5")
+    args = ["datasets", "make", "--env", "hopper", "--recipe", "policy", "--name", "wrong",
+            "--policy", str(walker), "--steps", "10", "--no-progress"]  # fmt: skip
+    assert main(args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert (
+        f"{walker} is a policy for observations of shape (17,) and actions of shape (6,), but "
+        f"Hopper-v5 has observations of shape (11,) and actions of shape (3,)" in line
+    ), line
+    assert not (minari_root / "primal-dt" / "hopper" / "wrong-v0").exists()
+
+
+def test_a_misspelt_recipe_gets_did_you_mean(minari_root, capsys) -> None:
+    assert main(["datasets", "make", "--env", "hopper", "--recipe", "polcy"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "unknown recipe 'polcy' (did you mean 'policy'?)" in line, line
+
+
+@pytest.mark.parametrize(
+    ("layer", "arguments", "said"),
+    [
+        ("primal", (30, 4, 8, 0.1), "embed_dim (30) must be divisible by n_head (4)"),
+        ("primal", (32, 4, 0, 0.1), "must be positive, got 32, 4, 0"),
+        ("primal", (32, 4, 8, 0.1, "perhead"), "got 'perhead' (did you mean 'per-head'?)"),
+        ("primal", (32, 4, 8, 1.5), "dropout must be in [0, 1), got 1.5"),
+        ("softmax", (30, 4, 0.1), "embed_dim (30) must be divisible by n_head (4)"),
+    ],
+)
+def test_the_attention_layers_check_their_arguments_when_built(layer, arguments, said) -> None:
+    from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
+
+    with pytest.raises(ValueError, match="^" + ("PrimalAttention" if layer == "primal" else
+                                                "CausalSelfAttention")) as raised:  # fmt: skip
+        (PrimalAttention if layer == "primal" else CausalSelfAttention)(*arguments)
+    assert said in str(raised.value)
+
+
+def test_eval_of_a_finished_run_repeats_its_final_evaluation(minari_root, tmp_path, capsys) -> None:
+    """Without --episodes, `eval --ckpt RUN` takes the run's final-evaluation settings for the
+    checkpoint of its last step, so it prints the numbers its final evaluation logged."""
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 10, "eval.final_episodes=3", "eval.episodes=2")) == 0
+    (final,) = read_results(RunDir(run_dir))
+    capsys.readouterr()
+    assert main(["eval", "--ckpt", str(run_dir), "--json"]) == 0
+    (record,) = json.loads(capsys.readouterr().out)
+    assert record["episodes"] == 3 == final.episodes
+    assert [(s["target"], s["return_mean"]) for s in record["results"]] == [
+        (s.target, s.return_mean) for s in final.results
+    ]
+
+
+def test_sweep_takes_the_final_episodes_of_its_runs(minari_root, tmp_path) -> None:
+    runs = tmp_path / "runs"
+    args = ["sweep", "--tasks", "hopper-medium", "--seeds", "0", "--configs", "dt", "--runs-dir",
+            str(runs), "--steps", "5", "--final-episodes", "2", "--device", "cpu", "--offline"]  # fmt: skip
+    for setting in TINY:
+        if not setting.startswith("eval.final_episodes"):
+            args += ["--set", setting]
+    assert main(args) == 0
+    (record,) = read_results(RunDir(runs / "hopper-medium" / "dt-s0"))
+    assert record.final and record.episodes == 2

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from primal_dt.common.errors import DatasetError, TaskError
+from primal_dt.common.errors import DatasetError, TaskError, did_you_mean
 from primal_dt.data.episodes import download_dataset, open_dataset, reference_scores
 from primal_dt.data.recording import (
     mean_return,
@@ -242,7 +242,10 @@ def _check(options: MakeOptions) -> tuple[EnvInfo, str]:
     if env is None:
         raise TaskError(f"unknown env {options.env!r}: one of {', '.join(load_envs())}")
     if options.recipe not in RECIPES:
-        raise DatasetError(f"unknown recipe {options.recipe!r}: one of {', '.join(RECIPES)}")
+        raise DatasetError(
+            f"unknown recipe {options.recipe!r}{did_you_mean(options.recipe, RECIPES)}: one of "
+            f"{', '.join(RECIPES)}"
+        )
     if options.recipe == "policy" and not options.policy:
         raise DatasetError("--recipe policy needs --policy FILE (a Stable-Baselines3 .zip)")
     if options.recipe != "policy" and options.policy:
@@ -292,7 +295,7 @@ def _reference(options: MakeOptions, env: EnvInfo, log: Log) -> dict[str, Any] |
     random_seed = options.seed + 100_000
     low = mean_return(env.gym_id, random_policy(space, random_seed), n, seed=random_seed)
     expert_seed = options.seed + 200_000
-    expert = sb3_policy(options.expert_policy, deterministic=False, seed=expert_seed)
+    expert = sb3_policy(options.expert_policy, False, expert_seed, env.gym_id)
     high = mean_return(env.gym_id, expert, n, seed=expert_seed)
     name = _short(options.expert_policy)
     return {
@@ -325,7 +328,7 @@ def _record(options: MakeOptions, env: EnvInfo, dataset_id: str, log: Log, progr
     )
     if options.recipe == "policy":
         assert options.policy is not None
-        policy = sb3_policy(options.policy, options.deterministic, seed=options.seed)
+        policy = sb3_policy(options.policy, options.deterministic, options.seed, env.gym_id)
         buffers = record_episodes(env.gym_id, policy, seed=options.seed, progress=progress, **count)
         used = policy_record(options.policy, options.deterministic)
         mode = "deterministic" if options.deterministic else "stochastic"

@@ -50,8 +50,11 @@ def sb3_algorithm(path: str | Path) -> str:
     return "TQC" if '"sb3_contrib.tqc' in data else "SAC"
 
 
-def sb3_policy(path: str | Path, deterministic: bool = False, seed: int | None = None) -> PolicyFn:
-    """A Stable-Baselines3 SAC or TQC policy file as a function of the observation.
+def sb3_policy(
+    path: str | Path, deterministic: bool = False, seed: int | None = None, env_id: str = ""
+) -> PolicyFn:
+    """A Stable-Baselines3 SAC or TQC policy file as a function of the observation; with env_id,
+    checked to act in that environment (its observation and action spaces).
 
     Sampled actions come from torch's global generator: give `seed` to make a recording repeatable.
     """
@@ -67,6 +70,8 @@ def sb3_policy(path: str | Path, deterministic: bool = False, seed: int | None =
             "recording from a policy file needs pip install 'primal-dt[record]'"
         ) from None
     model = Algorithm.load(path, device="cpu")
+    if env_id:
+        check_spaces(path, model.observation_space, model.action_space, env_id)
     if seed is not None:
         model.set_random_seed(seed)
 
@@ -75,6 +80,19 @@ def sb3_policy(path: str | Path, deterministic: bool = False, seed: int | None =
         return action
 
     return act
+
+
+def check_spaces(path: Path, observations: Any, actions: Any, env_id: str) -> None:
+    """A policy acts only in an environment with its own observation and action shapes."""
+    env = make_env(env_id)
+    wanted = (env.observation_space.shape, env.action_space.shape)
+    env.close()
+    if (observations.shape, actions.shape) != wanted:
+        raise DatasetError(
+            f"{path} is a policy for observations of shape {observations.shape} and actions of "
+            f"shape {actions.shape}, but {env_id} has observations of shape {wanted[0]} and "
+            f"actions of shape {wanted[1]}: give a policy trained on {env_id}"
+        )
 
 
 def policy_record(path: str | Path, deterministic: bool) -> dict[str, Any]:

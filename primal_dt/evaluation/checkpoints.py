@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from primal_dt.common.cpu import evaluation_threads
+from primal_dt.common.errors import CheckpointError
 from primal_dt.evaluation.conditioning import write_curve
 from primal_dt.evaluation.rollout import (
     EvalOptions,
@@ -18,15 +19,26 @@ from primal_dt.evaluation.rollout import (
     plan_evaluation,
 )
 from primal_dt.store.results import EvalRecord
-from primal_dt.store.rundir import checkpoints_to_evaluate, folder_of, read_snapshot
+from primal_dt.store.rundir import (
+    checkpoints_to_evaluate,
+    folder_of,
+    read_snapshot,
+    unsealed_note,
+)
 
 
 def evaluate_checkpoint(
-    path: Path, options: EvalOptions, device: torch.device, videos_to: Path | None = None
+    path: Path,
+    options: EvalOptions,
+    device: torch.device,
+    videos_to: Path | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> EvalRecord:
     """Read, load and evaluate one checkpoint file; with videos asked for, also render them into
-    videos_to."""
+    videos_to. A file older than checkpoint digests is said (to `say`) to be unverified."""
     snapshot = read_snapshot(path, map_location=device)
+    if not snapshot.sealed and say is not None:
+        say(unsealed_note(path))
     policy = load_policy(snapshot, device, f"checkpoint {path}")
     plan = plan_evaluation(snapshot, options)
     record = evaluation_record(snapshot, policy, plan, str(path))
@@ -51,8 +63,33 @@ def evaluate_checkpoints(
     is each checkpoint's time."""
     evaluation_threads(device.type)
     records = []
-    for path in [p for name in given for p in checkpoints_to_evaluate(name, every)]:
-        record = evaluate_checkpoint(path, options, device, folder_of(path).videos)
+    for name in given:
+        try:
+            paths = checkpoints_to_evaluate(name, every)
+        except CheckpointError as err:  # a missing file or a folder that is no run
+            records.append(EvalRecord(-1, name, error=str(err)))
+            continue
+        records += evaluate_each(paths, options, device, curve, say, quiet)
+    return records
+
+
+def evaluate_each(
+    paths: list[Path],
+    options: EvalOptions,
+    device: torch.device,
+    curve: bool,
+    say: Callable[[str], None],
+    quiet: bool,
+) -> list[EvalRecord]:
+    """evaluate_checkpoints' loop: a checkpoint that cannot be used becomes an error record (step
+    -1) and the others are still evaluated."""
+    records = []
+    for path in paths:
+        try:
+            record = evaluate_checkpoint(path, options, device, folder_of(path).videos, say)
+        except CheckpointError as err:
+            records.append(EvalRecord(-1, str(path), error=str(err)))
+            continue
         if not quiet:
             say(f"evaluated {path} in {record.seconds:.1f} s")
         if curve:

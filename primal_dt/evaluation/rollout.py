@@ -284,11 +284,17 @@ class EvalPlan:
 def plan_evaluation(snapshot: Snapshot, options: EvalOptions) -> EvalPlan:
     """The one place that decides what an evaluation does: the command's options where given,
     else the snapshot's queued request, else the run's config. Episodes: the request's, else
-    eval.episodes; seed: the run's train.seed; targets: eval.targets, else the task's; videos:
-    eval.video_episodes at a final evaluation."""
+    eval.final_episodes for a checkpoint of the run's last step (what its final evaluation used),
+    else eval.episodes; seed: the run's train.seed; targets: eval.targets, else the task's;
+    videos: eval.video_episodes at a final evaluation."""
     config, request = snapshot.config, snapshot.request
     final = request.final if request is not None else False
-    episodes = request.episodes if request is not None else config.eval.episodes
+    if request is not None:
+        episodes = request.episodes
+    elif snapshot.step >= config.train.steps and config.eval.final_episodes:
+        episodes = config.eval.final_episodes
+    else:
+        episodes = config.eval.episodes
     return EvalPlan(
         episodes=options.episodes or episodes,
         seed=config.train.seed if options.seed is None else options.seed,

@@ -59,7 +59,32 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from primal_dt.common.config import PRIMAL_INITS
+from primal_dt.common.errors import did_you_mean
 from primal_dt.method.dropout import Dropout, dropout
+
+
+def check_arguments(
+    layer: str, embed_dim: int, n_head: int, dropout_p: float, rank: int = 1, init: str = "public"
+) -> None:
+    """A layer's own check of its arguments, when it is built (whoever builds it): a ValueError
+    saying which argument is wrong, instead of a reshape error at the first forward."""
+    if embed_dim <= 0 or n_head <= 0 or rank <= 0:
+        raise ValueError(
+            f"{layer}: embed_dim, n_head and rank must be positive, got {embed_dim}, {n_head}, {rank}"
+        )
+    if embed_dim % n_head:
+        raise ValueError(
+            f"{layer}: embed_dim ({embed_dim}) must be divisible by n_head ({n_head}): each head "
+            f"takes embed_dim / n_head channels"
+        )
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"{layer}: dropout must be in [0, 1), got {dropout_p}")
+    if init not in PRIMAL_INITS:
+        raise ValueError(
+            f"{layer}: init must be one of {', '.join(PRIMAL_INITS)}, got {init!r}"
+            + did_you_mean(init, PRIMAL_INITS)
+        )
 
 
 def causal_padding_mask(mask: Tensor) -> Tensor:
@@ -94,6 +119,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
         super().__init__()
+        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
         self.n_head = n_head
         self.dropout = dropout
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
@@ -195,6 +221,7 @@ class PrimalAttention(nn.Module):
         self, embed_dim: int, n_head: int, rank: int, dropout: float, init: str = "per-head"
     ) -> None:
         super().__init__()
+        check_arguments(type(self).__name__, embed_dim, n_head, dropout, rank, init)
         head_dim = embed_dim // n_head
         self.n_head = n_head
         self.query = nn.Linear(embed_dim, embed_dim)

@@ -17,7 +17,7 @@ Training writes snapshots; evaluation, the evaluation service, the spectrum, swe
 the command line read them, each with read_snapshot, which checks the file once and returns typed
 fields. A snapshot file is one torch.save'd dictionary of tensors and plain values (numbers,
 strings, lists, dicts), so torch.load(weights_only=True) opens it and a file crafted to run code
-is refused.
+is refused; it carries a digest of each of its parts (integrity.py), which every read verifies.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -43,6 +44,7 @@ from primal_dt.common.errors import CheckpointError, ConfigError, PrimalDTError,
 from primal_dt.data.episodes import ReferenceScores, TaskData
 from primal_dt.data.tasks import Task, env_for_gym_id, make_env
 from primal_dt.method.model import DecisionTransformer
+from primal_dt.store.integrity import damaged_parts, describe, seal
 
 FORMAT = "primal-dt-checkpoint"
 VERSION = 1
@@ -421,6 +423,8 @@ class Snapshot:
     weights: dict[str, Tensor]
     request: EvalRequest | None = None
     training: TrainingState | None = None
+    # False for a file written before snapshots carried a digest (its integrity is unknown).
+    sealed: bool = True
 
     def build_model(self, device: torch.device | str = "cpu") -> DecisionTransformer:
         """The snapshot's model with its weights, on device."""
@@ -500,37 +504,86 @@ def _snapshot(payload: dict[str, Any]) -> Snapshot:
 
 
 def write_snapshot(path: Path, snapshot: Snapshot) -> None:
-    """Save atomically: a crash leaves the previous file or the whole new one."""
-    payload = _payload(snapshot)
+    """Save atomically, with its digest: a crash leaves the previous file or the whole new one."""
+    payload = seal(_payload(snapshot))
     atomic_write(path, lambda file: torch.save(payload, file))
 
 
 def read_snapshot(path: str | Path, map_location: str | torch.device = "cpu") -> Snapshot:
     """Load and check a snapshot file, or a run directory's latest checkpoint; any problem is one
-    CheckpointError naming the file."""
+    CheckpointError naming the file, what is wrong with it and the run's other checkpoints."""
     path = checkpoint_file(path)
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:
-        reason = first_line(err) or type(err).__name__
-        raise CheckpointError(
-            f"{path} is not a loadable primal-dt checkpoint (corrupt, truncated, or holding "
-            f"objects other than tensors and plain values): {reason}"
-        ) from None
+    payload = _load(path, map_location)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a primal-dt checkpoint (no '{FORMAT}' marker)")
     if payload.get("version") != VERSION:
         raise CheckpointError(
             f"{path} has checkpoint version {payload.get('version')}, this primal-dt reads {VERSION}"
         )
+    damaged = damaged_parts(payload)
+    if damaged:
+        raise CheckpointError(
+            f"{path} fails its integrity check: {describe(damaged)} no longer match the digest "
+            f"written with them (the file was damaged or changed after primal-dt wrote it), so "
+            f"nothing is loaded from it; {other_checkpoints(path)}"
+        )
     try:
-        return _snapshot(payload)
+        snapshot = _snapshot(payload)
     except KeyError as err:
         raise CheckpointError(f"{path} is incomplete: missing {err}") from None
     except (TypeError, ValueError, AttributeError, ConfigError) as err:
         raise CheckpointError(
             f"checkpoint {path} does not match this primal-dt: {first_line(err)}"
         ) from None
+    snapshot.sealed = damaged is not None
+    return snapshot
+
+
+def unsealed_note(path: Path) -> str:
+    """The one line said of a checkpoint written before checkpoints carried a digest."""
+    return (
+        f"note: {path} was written before primal-dt checkpoints carried a digest: it loads, but "
+        f"its integrity cannot be checked"
+    )
+
+
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
+
+
+def _load(path: Path, map_location: str | torch.device) -> Any:
+    """torch.load(weights_only=True), its failures in words. torch's own messages end with advice
+    to load the file with weights_only=False, which would run whatever code a crafted file holds:
+    none of them is repeated."""
+    with path.open("rb") as file:
+        head = file.read(len(ZIP_MAGIC))
+    if head != ZIP_MAGIC:
+        what = "it is empty" if not head else f"it starts with {head!r}, not a zip archive's PK"
+        raise CheckpointError(
+            f"{path} is not a checkpoint at all: torch.save writes a zip archive, and {what}; "
+            f"{other_checkpoints(path)}"
+        )
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"{path} holds objects other than tensors and plain values, which primal-dt never "
+            f"writes: it is refused unopened, since loading such objects can run code"
+        ) from None
+    except Exception as err:
+        reason = first_line(err).split(". ")[0] or type(err).__name__
+        raise CheckpointError(
+            f"{path} is damaged (truncated or corrupt: {reason}); {other_checkpoints(path)}"
+        ) from None
+
+
+def other_checkpoints(path: Path) -> str:
+    """Where the run of a checkpoint file keeps its other checkpoints, in words, for an error."""
+    run = folder_of(path)
+    kept = [run.checkpoint, run.best, *reversed(run.saved_checkpoints())]
+    others = [p for p in kept if p.is_file() and p.resolve() != path.resolve()]
+    if not others:
+        return "its run keeps no other checkpoint"
+    return f"the run's other checkpoints are {', '.join(map(str, others))}"
 
 
 def checkpoint_file(path: str | Path) -> Path:

@@ -90,6 +90,7 @@ class SweepOptions:
     parallel: int = 1
     steps: int | None = None
     device: str | None = None
+    final_episodes: int | None = None
     offline: bool = False
     overrides: list[str] = field(default_factory=list)
     ray_address: str | None = None
@@ -200,7 +201,8 @@ def plan(options: SweepOptions) -> list[GridCell]:
         for task in options.tasks:
             for name, (path, arg) in configs.items():
                 overrides = [*options.overrides, *option_overrides(
-                    steps=options.steps, seed=seed, device=options.device, offline=options.offline
+                    steps=options.steps, seed=seed, device=options.device,
+                    final_episodes=options.final_episodes, offline=options.offline,
                 )]  # fmt: skip
                 config = load_config(path, overrides, task)
                 run_dir = RunDir(options.runs_dir.resolve() / run_dir_name(task, name, seed))

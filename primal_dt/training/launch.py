@@ -30,13 +30,40 @@ from primal_dt.store.rundir import (
     RunConfig,
     RunDir,
     RunLock,
+    Snapshot,
+    atomic_copy,
+    folder_of,
     read_snapshot,
     run_dir_name,
     run_of,
     step_of,
+    unsealed_note,
     write_run_config,
 )
 from primal_dt.training.trainer import Trainer
+
+
+def read_resumable(run: RunDir, rollback: Path | None) -> Snapshot:
+    """The snapshot a resume continues from: the run's ckpt.pt, or the kept checkpoint rolled back
+    to. A checkpoint that cannot be read is an error that says how to start from another one."""
+    if rollback is not None:
+        if not rollback.is_file() or rollback.resolve().parent != run.checkpoints.resolve():
+            kept = ", ".join(map(str, run.saved_checkpoints())) or "none"
+            raise ConfigError(
+                f"--from takes one of {run}'s kept checkpoints ({run.checkpoints}/step_N.pt: "
+                f"{kept}), not {rollback}"
+            )
+        return read_snapshot(rollback)
+    try:
+        return read_snapshot(run.path)
+    except CheckpointError as err:
+        kept = run.saved_checkpoints()
+        if not kept:
+            raise
+        raise CheckpointError(
+            f"{err}; to continue from the newest of them: primal-dt train --resume {run.path} "
+            f"--from {kept[-1]}"
+        ) from None
 
 
 def seed_everything(seed: int) -> None:
@@ -91,6 +118,9 @@ def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "def
     """A new run in run_dir, which must not already hold one; config_name names the config file
     the run came from, for reports."""
     run = RunDir(run_dir)
+    holder = RunLock(run, "train").holder()
+    if holder is not None:  # a live run, whether or not it has saved a checkpoint yet
+        raise RunLock(run, "train").busy(holder)
     if run.checkpoint.exists():
         raise CheckpointError(
             f"{run_dir} already holds a run; continue it with --resume {run_dir} "
@@ -108,15 +138,25 @@ def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "def
     return trainer
 
 
-def resume_run(path: Path, steps: int | None = None, download: bool | None = None) -> Trainer:
+def resume_run(
+    path: Path, steps: int | None = None, download: bool | None = None, rollback: Path | None = None
+) -> Trainer:
     """Continue the run in `path` (a run directory or its ckpt.pt) from its checkpoint, to its
-    configured or to `steps` steps, or only to its final evaluation where that is what is left."""
+    configured or to `steps` steps, or only to its final evaluation where that is what is left.
+    With `rollback` (one of the run's checkpoints/step_N.pt), continue from that step instead: what
+    the run did after it (checkpoints, evaluations, logs) is dropped, and the run goes on as if it
+    had been stopped there, bit for bit."""
     run = run_of(path)
+    if path.is_file() and path != run.checkpoint:
+        raise ConfigError(
+            f"--resume takes a run directory, and {path} is a checkpoint file; to roll its run "
+            f"back to it: primal-dt train --resume {folder_of(path).path} --from {path}"
+        )
     lock = RunLock(run, "train")
     holder = lock.holder()
     if holder is not None:  # also before its first checkpoint, when nothing else says it is a run
         raise lock.busy(holder)
-    snapshot = read_snapshot(run.path)
+    snapshot = read_resumable(run, rollback)
     config = snapshot.config
     if steps is not None:
         config.train.steps = steps
@@ -142,7 +182,17 @@ def resume_run(path: Path, steps: int | None = None, download: bool | None = Non
     note = precision_note(config.train.precision, trainer.device)
     trainer.notes.extend([note] if note else [])
     trainer.restore(snapshot)
+    if not snapshot.sealed:
+        trainer.notes.append(unsealed_note(rollback or run.checkpoint))
     trainer.hold()
+    if rollback is not None:  # ckpt.pt first: a run stopped now resumes from the step rolled to
+        atomic_copy(rollback, run.checkpoint)
+        for later in run.saved_checkpoints():
+            if step_of(later) > trainer.step:
+                later.unlink()
+        trainer.notes.append(
+            f"rolled back to step {trainer.step}: what the run did after it is dropped"
+        )
     # The steps after the checkpoint are trained again, and evaluated again with them.
     drop_results_after(run, trainer.step)
     for queued in run.queued_snapshots():
