@@ -1,8 +1,8 @@
-"""The README's pictures from a real (small) run: the return-conditioning curve and a still frame
-of a rendered episode, both of the README's first command's model (hopper-bundled, embed 64,
-1000 steps on a CPU).
+"""The README's pictures and sample output from a real (small) run: what `primal-dt eval --ckpt`
+prints, the return-conditioning curve and a still frame of a rendered episode, all of the
+README's first command's model (hopper-bundled, embed 64, 1000 steps on a CPU).
 
-    python scripts/readme_figures.py      # writes scripts/figures/*.png (about 5 minutes)
+    python scripts/readme_figures.py      # writes scripts/figures/*.png and README.md's sample
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import tempfile
 from pathlib import Path
 
 from bench_common import primal_dt
+from readme_table import write_readme_section
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 TRAIN = ["train", "--env", "hopper-bundled", "--device", "cpu", "--steps", "1000",
-         "--final-episodes", "5", "--set", "model.embed_dim=64", "--set", "model.primal_rank=16",
+         "--final-episodes", "20", "--set", "model.embed_dim=64", "--set", "model.primal_rank=16",
          "--set", "train.warmup_steps=100", "--no-progress"]  # fmt: skip
 
 
@@ -28,8 +29,13 @@ def main() -> None:
     FIGURES.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         env = {**os.environ, "MINARI_DATASETS_PATH": str(Path(folder) / "minari")}
-        run = RunDir(Path(folder) / "run")
+        shown = "runs/hopper-bundled/primal-dt-s0"  # the path a user's run would have
+        run = RunDir(Path(folder) / shown)
         primal_dt(*TRAIN, "--run-dir", str(run.path), env=env)
+        os.chdir(folder)  # so that the command prints the path a user would see
+        printed = primal_dt("eval", "--ckpt", shown, env=env)
+        sample = f"```\n$ primal-dt eval --ckpt {shown}\n{printed.rstrip()}\n```"
+        write_readme_section("eval-sample", sample)
         primal_dt("eval", "--ckpt", str(run.path), "--target-sweep", "0:4000:9", "--episodes",
                   "10", env=env)  # fmt: skip
         shutil.copy(run.return_curve(1000)[1], FIGURES / "return_curve_hopper-bundled.png")

@@ -101,7 +101,13 @@ def fixed_windows(run: RunDir, snapshot: Snapshot) -> Batch:
     """RUN_DIR/spectrum_windows.pt; made from the dataset (and saved) the first time."""
     path = run.spectrum_windows
     if path.exists():
-        return Batch(**torch.load(path, weights_only=True))
+        try:
+            return Batch(**torch.load(path, weights_only=True))
+        except Exception as err:  # torch's own message would advise loading it unsafely
+            raise ValueError(
+                f"{path} is damaged ({type(err).__name__}); remove it, and the next evaluation "
+                f"makes it again from the dataset"
+            ) from None
     windows = make_windows(snapshot)
     with contextlib.suppress(OSError):  # a read-only run directory: made again next time
         atomic_write(path, lambda file: torch.save(windows._asdict(), file))
