@@ -440,7 +440,7 @@ class Snapshot:
         return model.to(device)
 
 
-def _payload(snapshot: Snapshot) -> dict[str, Any]:
+def payload_of(snapshot: Snapshot) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -505,7 +505,7 @@ def _snapshot(payload: dict[str, Any]) -> Snapshot:
 
 def write_snapshot(path: Path, snapshot: Snapshot) -> None:
     """Save atomically, with its digest: a crash leaves the previous file or the whole new one."""
-    payload = seal(_payload(snapshot))
+    payload = seal(payload_of(snapshot))
     atomic_write(path, lambda file: torch.save(payload, file))
 
 
