@@ -1,7 +1,8 @@
 """Benchmark: one attention layer's forward + backward time and peak memory against context
-length, causal softmax attention (through scaled_dot_product_attention) against masked
-Primal-Attention, at the widths of the Primal paper's model (embed 256, 4 heads, rank 64) and
-the DT paper's (embed 128, 1 head, Primal rank 32, the default).
+length, causal softmax attention (scaled_dot_product_attention on CUDA, written out on a CPU:
+attention.explicit_attention) against masked Primal-Attention, at the widths of the Primal
+paper's model (embed 256, 4 heads, rank 64) and the DT paper's (embed 128, 1 head, Primal rank
+32, the default).
 
     python scripts/bench_attention.py                         # CPU, K = 20 ... 2000 timesteps
     python scripts/bench_attention.py --device cuda --write-readme
@@ -10,7 +11,8 @@ A DT window of K timesteps is 3K tokens, left-padded like training batches (a qu
 padded). At each K both layers run in one fresh process, timed in alternating rounds so that a
 machine that slows down or speeds up affects both alike; on CPU each layer's peak memory (the
 process's peak resident size) is measured in a process of its own. The layers run in the
-precision training runs them in (train.precision "auto": bf16 autocast on CUDA, float32 on a CPU).
+precision training runs them in (train.precision "auto": bf16 autocast where the device multiplies
+bf16 in hardware, as on CUDA and on this project's CPUs, else float32).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def make_step(layer: torch.nn.Module, point: dict[str, Any]) -> Callable[[], Non
     mask[: batch // 4, : length // 2] = False
 
     def step() -> None:
-        with autocast("auto", device):  # what training runs: bf16 on CUDA, float32 on a CPU
+        with autocast("auto", device):  # what training runs (device.resolve_precision)
             y, j = layer(x, mask)
         loss = y.float().square().mean() + (j.square().mean() if j is not None else 0.0)
         loss.backward()

@@ -143,7 +143,7 @@ def test_errors_are_one_line_and_the_console_script_has_no_traceback(
     )  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("primal-dt: error: ") and "not a loadable primal-dt checkpoint" in line
+    assert line.startswith("primal-dt: error: ") and "is not a checkpoint at all" in line
 
 
 def test_a_run_directory_is_never_overwritten(minari_root, tmp_path, capsys) -> None:

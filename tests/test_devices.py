@@ -7,6 +7,7 @@ import torch
 from conftest import DEVICE, train_args
 
 from primal_dt.cli import main
+from primal_dt.store.integrity import seal
 from primal_dt.store.rundir import read_snapshot
 from primal_dt.training.trainer import action_loss
 
@@ -26,7 +27,7 @@ def test_a_run_resumes_on_another_device_type(minari_root, tmp_path, capsys) -> 
     other = torch.zeros(16, dtype=torch.uint8) if on_cpu else torch.Generator().get_state()
     payload["sampler"] = {"generator": other, "device": "cuda" if on_cpu else "cpu"}
     payload["rng"]["cuda"] = [torch.zeros(16, dtype=torch.uint8)] if on_cpu else []
-    torch.save(payload, ckpt)
+    torch.save(seal(payload), ckpt)  # its digests made again: a checkpoint as CUDA writes it
     capsys.readouterr()
     assert main(["train", "--resume", str(run_dir), "--steps", "15", "--no-progress"]) == 0
     assert "saved on another device type" in capsys.readouterr().err

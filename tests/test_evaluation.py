@@ -53,7 +53,7 @@ def test_training_hands_evaluations_to_the_service(minari_root, tmp_path, capsys
 
     records = read_results(RunDir(run_dir))
     assert [r.step for r in records] == [3, 5, 10, 15]
-    assert "not a loadable primal-dt checkpoint" in records[0].error
+    assert "is not a checkpoint at all" in records[0].error
     assert [(r.episodes, r.final) for r in records[1:]] == [(2, False), (2, False), (3, True)]
     assert not list((run_dir / "eval_queue").iterdir())  # every snapshot was taken, then deleted
     assert {r.checkpoint for r in records} == {str(run_dir)}

@@ -14,6 +14,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 from primal_dt.cli import main
 from primal_dt.common.device import autocast_dtype, cpu_bf16_unit, resolve_precision
+from primal_dt.store.integrity import DIGEST_KEY
 from primal_dt.store.results import read_results
 from primal_dt.store.rundir import RunDir, read_snapshot
 
@@ -103,6 +104,7 @@ def test_a_checkpoint_from_before_the_rule_keeps_the_old_meaning_of_auto(
     checkpoint = run_dir / "ckpt.pt"
     payload = torch.load(checkpoint, weights_only=True)
     payload["config"]["train"]["precision"] = "auto"
+    del payload[DIGEST_KEY]  # such a checkpoint also predates digests
     torch.save(payload, checkpoint)
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(checkpoint), "--episodes", "1", "--json"]) == 0

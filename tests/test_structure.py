@@ -12,6 +12,7 @@ import torch
 
 from primal_dt.common.config import Config
 from primal_dt.data.episodes import ReferenceScores
+from primal_dt.store.integrity import DIGEST_KEY
 from primal_dt.store.rundir import (
     EvalRequest,
     RunDir,
@@ -209,6 +210,7 @@ def test_a_checkpoint_with_unnamed_loss_sums_reads_with_their_names(tmp_path) ->
     """Checkpoints (format 1) written before the metrics had names hold their sums as a vector."""
     payload = torch.load(_written_checkpoint(tmp_path, example_snapshot()), weights_only=True)
     payload["pending_log"]["sums"] = torch.tensor([1.0, 2.0, 3.0])
+    del payload[DIGEST_KEY]  # such a checkpoint also predates digests
     torch.save(payload, tmp_path / "old.pt")
     sums = read_snapshot(tmp_path / "old.pt").training.pending_sums
     assert {name: value.item() for name, value in sums.items()} == {

@@ -66,7 +66,7 @@ class Policy:
     state_std: torch.Tensor
     return_scale: float
     device: torch.device
-    precision: str = "auto"  # the run's train.precision: it acts as it was trained
+    precision: str = "auto"  # the run's recorded train.precision: it acts as it was trained
 
     @property
     def context_len(self) -> int:

@@ -55,7 +55,7 @@ class EvalRecord:
     seconds: float = 0.0
     dataset_best_return: float | None = None
     device: str = ""  # where the policy acted ("" in records older than this field)
-    precision: str = ""  # the precision it acted in: fp32, or bf16 (autocast on CUDA by default)
+    precision: str = ""  # the precision it acted in, the run's: fp32, or bf16 (autocast)
     videos: list[str] = field(default_factory=list)  # MP4 files of rendered episodes
     video_error: str | None = None  # why videos asked for were not made
     best: bool = False

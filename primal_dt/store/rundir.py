@@ -578,7 +578,8 @@ def _load(path: Path, map_location: str | torch.device) -> Any:
 
 def other_checkpoints(path: Path) -> str:
     """Where the run of a checkpoint file keeps its other checkpoints, in words, for an error."""
-    run = folder_of(path)
+    queued = RunDir(path.parent.parent)
+    run = queued if queued.queue == path.parent else folder_of(path)
     kept = [run.checkpoint, run.best, *reversed(run.saved_checkpoints())]
     others = [p for p in kept if p.is_file() and p.resolve() != path.resolve()]
     if not others:

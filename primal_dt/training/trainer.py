@@ -5,7 +5,8 @@ and says what it reports.
 
 The dataset lives on the training device and batches are sampled there; the loop reads values
 back to the host only at logging, evaluation and checkpoint steps. Matrix products run in bf16
-under autocast on CUDA (train.precision), and AdamW is fused wherever torch has it (device.py).
+under autocast where the device multiplies bf16 in hardware (train.precision "auto", resolved
+once per run: device.py), and AdamW is fused wherever torch has it.
 """
 
 from __future__ import annotations
