@@ -155,15 +155,24 @@ def run_matmul() -> None:
 
 
 def quickstart(write: bool) -> None:
-    """The README's first command, timed alone and beside a busy loop (the current policy)."""
+    """The README's first command, timed alone (with its default precision, and forced to
+    float32) and beside a busy loop (the current policy)."""
+    import torch
+
+    from primal_dt.common.device import resolve_precision
+
+    default = resolve_precision("auto", torch.device("cpu"))
+    cases = [("a", default, []), ("a", "fp32", ["--set", 'train.precision="fp32"']),
+             ("b", default, [])]  # fmt: skip
     rows = []
-    for kind in ("a", "b"):
+    for kind, precision, extra in cases:
         other = neighbour(kind, "before")
         try:
             with tempfile.TemporaryDirectory() as folder:
                 start = time.perf_counter()
                 subprocess.run(
-                    [sys.executable, "-m", "primal_dt.cli", *QUICKSTART, "--run-dir", folder],
+                    [sys.executable, "-m", "primal_dt.cli", *QUICKSTART, *extra, "--run-dir",
+                     folder],
                     env={**os.environ, "MINARI_DATASETS_PATH": str(Path(folder) / "minari")},
                     capture_output=True, check=True,
                 )  # fmt: skip
@@ -172,13 +181,16 @@ def quickstart(write: bool) -> None:
             if other is not None:
                 other.kill()
                 other.wait()
-        rows.append((NEIGHBOURS[kind], seconds))
-    alone = rows[0][1]
+        label = precision + (" (the default here)" if precision == default else " (forced)")
+        rows.append((NEIGHBOURS[kind], label, seconds))
+    alone = rows[0][2]
     table = [
-        f"| {name} | {s // 60:.0f} min {s % 60:.0f} s | {alone / s:.2f}x |" for name, s in rows
+        f"| {name} | {label} | {s // 60:.0f} min {s % 60:.0f} s | {alone / s:.2f}x |"
+        for name, label, s in rows
     ]
     publish("bench-quickstart", f"The README's first command ({device_name()}):",
-            "| neighbour | wall time | speed against alone |\n|---|---:|---:|", table, write)  # fmt: skip
+            "| neighbour | precision | wall time | speed against the default alone "
+            "|\n|---|---|---:|---:|", table, write)  # fmt: skip
 
 
 def main() -> None:
