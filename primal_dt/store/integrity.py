@@ -1,25 +1,31 @@
-"""Checkpoints that prove their integrity: a SHA-256 digest of each part of a snapshot's contents,
-written into the file with it and verified by every reader.
+"""Checkpoints that prove their integrity: a CRC-32 of each part of a snapshot's contents, written
+into the file with it and verified by every reader.
 
 torch.load does not check the CRC-32 that its zip archive records for each tensor, so a byte
 flipped on disk (a failing drive, a truncated copy, a stray write) loads as wrong weights without a
-word. Like TensorFlow's checkpoints (a CRC-32C per record) and git's objects (a hash each), a
-snapshot carries, under "digest", one SHA-256 per top-level part of its payload: the weights, the
+word. Like TensorFlow's checkpoints (a CRC-32C per record), a snapshot carries, under "digest",
+one CRC-32 per top-level part of its payload: the weights, the
 optimizer, scheduler and sampler states, the settings, and so on. The digest covers the contents,
 not the file's bytes: every tensor's dtype, shape and raw bytes, and every plain value (numbers,
 strings, lists, dicts, in a canonical order), so a reader recomputes it from what torch.load
 returned and names the part that no longer matches.
+
+A CRC-32 detects every change of up to 32 consecutive bits and any other accidental change but
+for one in 2^32: what a failing disk or a bad copy does. It is no defence against a forged file,
+and needs none here: the code a crafted file could run is refused by torch.load(weights_only=True)
+before any digest is read. SHA-256 cost three times as much here (17 against 6 ms for the 30 MB of
+a Primal-size checkpoint, hashlib against zlib) for no gain in detecting damage.
 """
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from typing import Any
 
 import torch
 
 DIGEST_KEY = "digest"
-ALGORITHM = "sha256"
+ALGORITHM = "crc32"
 
 # What each top-level key of a snapshot's payload holds, in words, for the error that names it.
 PARTS = {
@@ -38,8 +44,18 @@ PARTS = {
 }
 
 
-def _feed(digest: Any, value: Any) -> None:
-    """Add one value to the hash: a tensor by dtype, shape and bytes; containers in a canonical
+class _Crc:
+    """zlib.crc32 as a running digest with hashlib's update."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def update(self, data: bytes | memoryview) -> None:
+        self.value = zlib.crc32(data, self.value)
+
+
+def _feed(digest: _Crc, value: Any) -> None:
+    """Add one value to the digest: a tensor by dtype, shape and bytes; containers in a canonical
     order; other values by type and repr (exact for floats)."""
     if isinstance(value, torch.Tensor):
         tensor = value.detach().cpu().contiguous()
@@ -59,9 +75,9 @@ def _feed(digest: Any, value: Any) -> None:
 
 
 def part_digest(value: Any) -> str:
-    digest = hashlib.sha256()
+    digest = _Crc()
     _feed(digest, value)
-    return digest.hexdigest()
+    return f"{digest.value:08x}"
 
 
 def seal(payload: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +92,8 @@ def damaged_parts(payload: dict[str, Any]) -> list[str] | None:
     if DIGEST_KEY not in payload:
         return None
     record = payload[DIGEST_KEY]
-    expected = record.get("parts") if isinstance(record, dict) else None
+    known = isinstance(record, dict) and record.get("algorithm") == ALGORITHM
+    expected = record.get("parts") if known else None
     if not isinstance(expected, dict) or not expected:
         return [DIGEST_KEY]
     keys = set(payload) - {DIGEST_KEY}
