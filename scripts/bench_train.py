@@ -35,7 +35,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -141,17 +141,24 @@ MATRIX_PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
                    torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}  # fmt: skip
 
 
+class TensorSpec(NamedTuple):
+    shape: torch.Size
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+
 class MatrixProductRecorder(TorchDispatchMode):
-    """The matrix products an operation calls: each op with its tensors' shapes, strides, dtypes."""
+    """The matrix products an operation calls: each op with its arguments, tensors as their
+    shapes, strides and dtypes."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: list[tuple[Any, tuple]] = []
+        self.calls: list[tuple[Any, list[Any]]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func in MATRIX_PRODUCTS:
-            spec = tuple((a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
-                         for a in args)  # fmt: skip
+            spec = [TensorSpec(a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
+                    for a in args]  # fmt: skip
             self.calls.append((func, spec))
         return func(*args, **(kwargs or {}))
 
@@ -162,14 +169,13 @@ def matrix_product_rate(trainer: Trainer, repeats: int = 20) -> float:
     with MatrixProductRecorder() as recorder:
         trainer.train_step(trainer.sampler.sample(trainer.config.train.batch_size))
 
-    def tensor(shape: torch.Size, stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty_strided(shape, stride, dtype=dtype, device=trainer.device).normal_()
+    def tensor(spec: TensorSpec) -> torch.Tensor:
+        return torch.empty_strided(*spec[:2], dtype=spec.dtype, device=trainer.device).normal_()
 
-    replays = []
-    for func, spec in recorder.calls:
-        args = [tensor(*a) if isinstance(a, tuple) and len(a) == 3 and isinstance(a[0], torch.Size)
-                else a for a in spec]  # fmt: skip
-        replays.append((func, args))
+    replays = [
+        (func, [tensor(a) if isinstance(a, TensorSpec) else a for a in spec])
+        for func, spec in recorder.calls
+    ]
     with FlopCounterMode(display=False) as counter:
         for func, args in replays:
             func(*args)

@@ -65,14 +65,20 @@ from primal_dt.method.dropout import Dropout, dropout
 
 
 def check_arguments(
-    layer: str, embed_dim: int, n_head: int, dropout_p: float, rank: int = 1, init: str = "public"
+    layer: str,
+    embed_dim: int,
+    n_head: int,
+    dropout_p: float,
+    rank: int | None = None,
+    init: str | None = None,
 ) -> None:
     """A layer's own check of its arguments, when it is built (whoever builds it): a ValueError
-    saying which argument is wrong, instead of a reshape error at the first forward."""
-    if embed_dim <= 0 or n_head <= 0 or rank <= 0:
-        raise ValueError(
-            f"{layer}: embed_dim, n_head and rank must be positive, got {embed_dim}, {n_head}, {rank}"
-        )
+    saying which argument is wrong, instead of a reshape error at the first forward. rank and
+    init are the Primal layer's; None for a layer without them."""
+    if embed_dim <= 0 or n_head <= 0 or (rank is not None and rank <= 0):
+        shown = f"{embed_dim}, {n_head}" + ("" if rank is None else f", {rank}")
+        names = "embed_dim and n_head" if rank is None else "embed_dim, n_head and rank"
+        raise ValueError(f"{layer}: {names} must be positive, got {shown}")
     if embed_dim % n_head:
         raise ValueError(
             f"{layer}: embed_dim ({embed_dim}) must be divisible by n_head ({n_head}): each head "
@@ -80,7 +86,7 @@ def check_arguments(
         )
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"{layer}: dropout must be in [0, 1), got {dropout_p}")
-    if init not in PRIMAL_INITS:
+    if init is not None and init not in PRIMAL_INITS:
         raise ValueError(
             f"{layer}: init must be one of {', '.join(PRIMAL_INITS)}, got {init!r}"
             + did_you_mean(init, PRIMAL_INITS)

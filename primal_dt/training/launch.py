@@ -118,9 +118,10 @@ def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "def
     """A new run in run_dir, which must not already hold one; config_name names the config file
     the run came from, for reports."""
     run = RunDir(run_dir)
-    holder = RunLock(run, "train").holder()
+    lock = RunLock(run, "train")
+    holder = lock.holder()
     if holder is not None:  # a live run, whether or not it has saved a checkpoint yet
-        raise RunLock(run, "train").busy(holder)
+        raise lock.busy(holder)
     if run.checkpoint.exists():
         raise CheckpointError(
             f"{run_dir} already holds a run; continue it with --resume {run_dir} "
