@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 import torch
@@ -31,7 +32,9 @@ from primal_dt.method.attention import (
     explicit_attention,
     ksvd_objective,
 )
+from primal_dt.method.layer import AttentionLayer
 from primal_dt.method.model import Block, DecisionTransformer
+from primal_dt.method.registry import ATTENTIONS, attention_class
 
 EMBED, HEADS, RANK, LENGTH = 16, 2, 4, 9
 
@@ -172,15 +175,16 @@ def test_primal_attention_matches_per_position_loop(dtype: torch.dtype, atol: fl
     mask = padding_masks()
     torch.manual_seed(1)
     x = torch.randn(mask.shape[0], LENGTH, EMBED, dtype=torch.float64)
-    y, j = run(layer, x.to(dtype), mask)
+    y, j_squared = run(layer, x.to(dtype), mask)
     with torch.no_grad():
         y_ref, e_ref, r_ref = reference_primal(make_primal(dtype), x, mask)
         j_ref = reference_ksvd(e_ref, r_ref, layer.lam, layer.we, layer.wr, mask)
     assert y.shape == (mask.shape[0], LENGTH, EMBED)
-    assert j.shape == (mask.shape[0],)
+    assert j_squared.shape == (mask.shape[0],)
     # Outputs at padded positions are never read by a real token; compare the real ones.
     torch.testing.assert_close(y[mask], y_ref[mask].to(dtype), atol=atol, rtol=0)
-    torch.testing.assert_close(j, j_ref.to(dtype), atol=atol, rtol=0)
+    # The layer's auxiliary loss per sequence is J^2 (K2); J itself is checked below.
+    torch.testing.assert_close(j_squared, j_ref.square().to(dtype), atol=4 * atol, rtol=0)
     with torch.no_grad():
         scores = layer.scores(x.to(dtype), mask)  # (B, L, H, 2, s)
     # e_ref, r_ref: (B, H, L, s) -> (B, L, H, s), indexed by the mask as y is.
@@ -207,7 +211,7 @@ def test_primal_gradients_match_autograd_through_the_reference() -> None:
 
     def reference(layer: PrimalAttention, x_grad: Tensor) -> tuple[Tensor, Tensor]:
         y, e, r = reference_primal(layer, x_grad, mask)
-        return y, reference_ksvd(e, r, layer.lam, layer.we, layer.wr, mask)
+        return y, reference_ksvd(e, r, layer.lam, layer.we, layer.wr, mask).square()
 
     got = gradients(lambda layer, x_grad: layer(x_grad, mask))
     want = gradients(reference)
@@ -299,7 +303,29 @@ def test_the_cpu_attention_computes_what_sdpa_computes() -> None:
 # ----------------------------------------------------------------- causality and padding
 
 
-LAYERS = {"softmax": make_softmax, "primal": make_primal}
+# Settings small enough for LENGTH tokens to cross chunks, buckets and hash rounds.
+SMALL = ModelConfig(
+    embed_dim=EMBED, n_head=HEADS, primal_rank=RANK, dropout=0.1, context_len=LENGTH,
+    performer_features=12, reformer_buckets=4, reformer_chunk=3, reformer_hashes=2,
+)  # fmt: skip
+
+
+def make_layer(kind: str, dtype: torch.dtype = torch.float32, seed: int = 0) -> AttentionLayer:
+    """A layer of any kind from SMALL, in eval mode, with non-zero biases."""
+    torch.manual_seed(seed)
+    layer = attention_class(kind).from_config(SMALL).eval()
+    with torch.no_grad():
+        for module in layer.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.bias.normal_()
+    return layer.to(dtype)
+
+
+LAYERS: dict[str, Callable[..., AttentionLayer]] = {
+    "softmax": make_softmax,
+    "primal": make_primal,
+    **{kind: partial(make_layer, kind) for kind in ATTENTIONS if kind not in ("softmax", "primal")},
+}
 
 
 @pytest.mark.parametrize("kind", LAYERS)
@@ -332,14 +358,15 @@ def test_padded_tokens_do_not_change_real_outputs(kind: str) -> None:
         x_new[~mask] = scale * torch.randn(x_new[~mask].shape, generator=gen)
         y_new, j_new = run(layer, x_new, mask)
         torch.testing.assert_close(y_new[mask], y[mask], atol=1e-6, rtol=0)
-        if kind == "primal":
+        if j is not None:
             torch.testing.assert_close(j_new, j, atol=1e-6, rtol=0)
     # Control: changing one real token does change the real outputs after it (and J).
     x_new = x.clone()
     x_new[1, 5] += 3.0
     y_new, j_new = run(layer, x_new, mask)
     assert (y_new[1, 5:] - y[1, 5:]).abs().max() > 1e-3
-    if kind == "primal":
+    assert (j is None) == (kind != "primal")
+    if j is not None:
         assert (j_new[1] - j[1]).abs() > 1e-6
         torch.testing.assert_close(j_new[[0, 2, 3]], j[[0, 2, 3]], atol=1e-6, rtol=0)
 
@@ -355,7 +382,7 @@ def test_left_padding_gives_no_nan(kind: str) -> None:
     y, j = layer(x, mask)
     assert torch.isfinite(y).all()
     loss = y[mask].pow(2).sum()
-    if kind == "primal":
+    if j is not None:
         assert torch.isfinite(j).all()
         loss = loss + j.pow(2).sum()
     loss.backward()
@@ -364,9 +391,11 @@ def test_left_padding_gives_no_nan(kind: str) -> None:
         assert param.grad is not None and torch.isfinite(param.grad).all(), name
 
 
-# (kind, objective): softmax has no objective to skip.
-ROW_CASES = [("softmax", True), ("primal", True), ("primal", False)]
-ROW_IDS = ["softmax", "primal-objective", "primal-no-objective"]
+# (kind, objective): only Primal has an objective to skip.
+ROW_CASES = [(kind, True) for kind in LAYERS] + [("primal", False)]
+ROW_IDS = [*LAYERS, "primal-no-objective"]
+COST_CASES = [("softmax", True), ("primal", True), ("primal", False)]
+COST_IDS = ["softmax", "primal-objective", "primal-no-objective"]
 
 
 @pytest.mark.parametrize(("kind", "objective"), ROW_CASES, ids=ROW_IDS)
@@ -393,7 +422,7 @@ def test_outputs_at_rows_are_the_full_outputs_there(
     (y_full, j_full, grads_full), (y_cut, j_cut, grads_cut) = results
     assert y_cut.shape == (mask.shape[0], len(range(LENGTH)[rows]), EMBED)
     torch.testing.assert_close(y_cut, y_full, rtol=1e-10, atol=1e-12)
-    assert (j_cut is None) == (j_full is None) == (kind == "softmax" or not objective)
+    assert (j_cut is None) == (j_full is None) == (kind != "primal" or not objective)
     if j_cut is not None:
         torch.testing.assert_close(j_cut, j_full, rtol=1e-10, atol=1e-12)
     assert len(grads_cut) == len(grads_full)
@@ -401,7 +430,7 @@ def test_outputs_at_rows_are_the_full_outputs_there(
         torch.testing.assert_close(cut, full, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize(("kind", "objective"), ROW_CASES, ids=ROW_IDS)
+@pytest.mark.parametrize(("kind", "objective"), COST_CASES, ids=COST_IDS)
 def test_outputs_at_rows_cost_only_their_rows(kind: str, objective: bool) -> None:
     """Given R of the L rows, a layer does only the rows' own work (its matrix products counted,
     forward): softmax projects queries and its output at the rows, keys and values everywhere;
@@ -462,10 +491,13 @@ def square_tensors(shapes: list[tuple[str, tuple[int, ...]]], length: int) -> li
     return [(op, shape) for op, shape in shapes if sum(size >= length for size in shape) >= 2]
 
 
-def record_block(primal: bool, length: int) -> list[tuple[str, tuple[int, ...]]]:
+def record_block(kind: str, length: int) -> list[tuple[str, tuple[int, ...]]]:
     torch.manual_seed(6)
-    config = ModelConfig(embed_dim=32, n_layer=1, n_head=2, primal_rank=8, dropout=0.1)
-    block = Block(config, primal=primal).train()
+    config = ModelConfig(
+        embed_dim=32, n_layer=1, n_head=2, primal_rank=8, dropout=0.1, context_len=length,
+        performer_features=16,
+    )  # fmt: skip
+    block = Block(config, kind).train()
     x = torch.randn(2, length, config.embed_dim, requires_grad=True)
     mask = torch.ones(2, length, dtype=torch.bool)
     mask[1, :100] = False
@@ -477,9 +509,15 @@ def record_block(primal: bool, length: int) -> list[tuple[str, tuple[int, ...]]]
     return recorder.shapes
 
 
-def test_primal_block_has_no_length_squared_tensor() -> None:
+LINEAR_COST = [kind for kind in LAYERS if kind != "softmax"]
+
+
+@pytest.mark.parametrize("kind", LINEAR_COST)
+def test_efficient_blocks_have_no_length_squared_tensor(kind: str) -> None:
+    """Primal and the linear-cost attentions (Reformer: chunks of c) build no L x L tensor,
+    forward or backward."""
     length = 512
-    shapes = record_block(primal=True, length=length)
+    shapes = record_block(kind, length=length)
     # Backward ops were recorded too (the check covers the gradients).
     assert any("backward" in op for op, _ in shapes)
     assert square_tensors(shapes, length) == []
@@ -488,7 +526,7 @@ def test_primal_block_has_no_length_squared_tensor() -> None:
 def test_softmax_block_has_length_squared_tensor() -> None:
     """The checker is shown to work: softmax attention builds an L x L mask and scores."""
     length = 512
-    assert square_tensors(record_block(primal=False, length=length), length)
+    assert square_tensors(record_block("softmax", length=length), length)
 
 
 def test_all_primal_decision_transformer_has_no_length_squared_tensor() -> None:

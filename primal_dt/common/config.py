@@ -46,9 +46,17 @@ class ModelConfig:
     # How We and Wr start: "per-head" (each head's (d, s) block orthonormal columns) or "public"
     # (the public code's orthogonal_ on the whole (H, d, s) tensor; attention.py says more).
     primal_init: str = "per-head"
+    # The attention of the blocks that primal_blocks leaves (all of them with "none"): a kind of
+    # method/registry.py (softmax, primal, linear, reformer, performer, cosformer, flowformer);
+    # or a list of one kind per block, with primal_blocks left at "none".
+    attention: str | list[str] = "softmax"
+    performer_features: int = 256  # m, random features per head (google-research's default)
+    performer_redraw: int = 1000  # training steps between redraws of the features; 0: never
+    reformer_buckets: int = 8  # hash buckets per round (even)
+    reformer_chunk: int = 16  # c, the earlier same-bucket tokens a query may see per round
+    reformer_hashes: int = 4  # hash rounds
 
-    def primal_indices(self) -> list[int]:
-        """Indices of the transformer blocks whose attention is Primal-Attention."""
+    def _primal_block_indices(self) -> list[int]:
         if self.primal_blocks == "none":
             return []
         if self.primal_blocks == "last":
@@ -57,8 +65,38 @@ class ModelConfig:
             return list(range(self.n_layer))
         return sorted(set(self.primal_blocks))
 
+    def block_kinds(self) -> list[str]:
+        """The attention kind of each block, first to last."""
+        if isinstance(self.attention, list):
+            return list(self.attention)
+        primal = set(self._primal_block_indices())
+        return ["primal" if i in primal else self.attention for i in range(self.n_layer)]
+
+    def primal_indices(self) -> list[int]:
+        """Indices of the transformer blocks whose attention is Primal-Attention."""
+        return [i for i, kind in enumerate(self.block_kinds()) if kind == "primal"]
+
     def validate(self) -> None:
         _positive(self, "model", "embed_dim", "n_layer", "n_head", "context_len", "primal_rank")
+        _positive(self, "model", "performer_features", "reformer_chunk", "reformer_hashes")
+        if self.performer_redraw < 0:
+            raise ConfigError(f"model.performer_redraw must be >= 0, got {self.performer_redraw}")
+        if self.reformer_buckets < 2 or self.reformer_buckets % 2:
+            raise ConfigError(
+                f"model.reformer_buckets must be even and at least 2 (a hash is an argmax over "
+                f"[xR; -xR]), got {self.reformer_buckets}"
+            )
+        if isinstance(self.attention, list):
+            if len(self.attention) != self.n_layer:
+                raise ConfigError(
+                    f"model.attention lists {len(self.attention)} kinds for {self.n_layer} blocks "
+                    f"(model.n_layer); give one kind per block, or one kind for all"
+                )
+            if self.primal_blocks != "none":
+                raise ConfigError(
+                    "model.attention lists a kind per block, so model.primal_blocks must be "
+                    f'"none" (write "primal" in the list instead), got {self.primal_blocks!r}'
+                )
         if self.primal_init not in PRIMAL_INITS:
             raise ConfigError(
                 f"model.primal_init must be one of {', '.join(PRIMAL_INITS)}, "

@@ -59,9 +59,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from primal_dt.common.config import PRIMAL_INITS
+from primal_dt.common.config import PRIMAL_INITS, ModelConfig
 from primal_dt.common.errors import did_you_mean
 from primal_dt.method.dropout import Dropout, dropout
+from primal_dt.method.layer import AttentionLayer
 
 
 def check_arguments(
@@ -119,9 +120,11 @@ def explicit_attention(
     return torch.matmul(dropout(probs, dropout_p, dropout_p > 0.0), v)
 
 
-class CausalSelfAttention(nn.Module):
+class CausalSelfAttention(AttentionLayer):
     """Canonical multi-head causal softmax attention: scaled_dot_product_attention on CUDA, its
     computation written out on a CPU (explicit_attention)."""
+
+    label = "softmax"
 
     def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
         super().__init__()
@@ -131,6 +134,10 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
         self.proj = nn.Linear(embed_dim, embed_dim)
         self.resid_dropout = Dropout(dropout)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> CausalSelfAttention:
+        return cls(config.embed_dim, config.n_head, config.dropout)
 
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
@@ -208,11 +215,11 @@ class MaskedEnergy(torch.autograd.Function):
         return grad_x, grad_weights, None
 
 
-class PrimalAttention(nn.Module):
+class PrimalAttention(AttentionLayer):
     """Masked (causal) Primal-Attention, steps P1-P6 of the module docstring.
 
-    forward returns the layer output (B, L, D), or at the given rows alone, and the per-sequence
-    KSVD objective J (B,), whose square the model averages into its KSVD loss (None with
+    forward returns the layer output (B, L, D), or at the given rows alone, and its auxiliary loss
+    per sequence, J^2 (B,) of step K2, whose batch mean is the layer's KSVD loss (None with
     objective=False).
 
     The running means are taken of x, not of q and k: q = x Wq + bq is affine, so the mean of q
@@ -222,6 +229,9 @@ class PrimalAttention(nn.Module):
     matrix product, laid out per head as (q_h, k_h), so that e and r come out of one batched
     product, already side by side for the concat layer.
     """
+
+    label = "Primal"
+    reads_every_token = True  # J counts every real token, the last action token included
 
     def __init__(
         self, embed_dim: int, n_head: int, rank: int, dropout: float, init: str = "per-head"
@@ -244,6 +254,13 @@ class PrimalAttention(nn.Module):
         self.concat = nn.Linear(2 * rank, head_dim)
         self.proj = nn.Linear(embed_dim, embed_dim)
         self.resid_dropout = Dropout(dropout)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> PrimalAttention:
+        return cls(
+            config.embed_dim, config.n_head, config.primal_rank, config.dropout,
+            config.primal_init,
+        )  # fmt: skip
 
     def scores(self, x: Tensor, mask: Tensor, rows: slice | None = None) -> Tensor:
         """e and r of steps P1-P4, stacked: (B, L, H, 2, s), [..., 0, :] = e, [..., 1, :] = r
@@ -277,7 +294,7 @@ class PrimalAttention(nn.Module):
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, Tensor | None]:
-        """Output (B, L, D), or (B, len(rows), D) at rows, and J (B,), or None without objective.
+        """Output (B, L, D), or (B, len(rows), D) at rows, and J^2 (B,), or None without objective.
 
         J needs e and r at every real token, so with the objective they are computed everywhere
         and only P5 (concat, output projection) is cut to the rows."""
@@ -290,7 +307,7 @@ class PrimalAttention(nn.Module):
         y = self.resid_dropout(self.proj(y))
         if not objective:
             return y, None
-        return y, ksvd_objective(scores, self.lam, self.we, self.wr, mask)
+        return y, ksvd_objective(scores, self.lam, self.we, self.wr, mask).square()
 
 
 def ksvd_objective(scores: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Tensor) -> Tensor:

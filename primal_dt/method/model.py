@@ -1,4 +1,6 @@
-"""The Decision Transformer (Chen et al. 2021) with some or all attention blocks Primal-Attention.
+"""The Decision Transformer (Chen et al. 2021), each block's attention of the kind its config names
+(model.attention and model.primal_blocks; method/registry.py): softmax, Primal-Attention, or an
+efficient attention of the Primal paper's comparison.
 
 Each timestep contributes three tokens, (return-to-go, state, action), each a linear embedding plus
 a learned timestep embedding; the 3K tokens pass an embedding LayerNorm and N pre-LayerNorm blocks,
@@ -9,10 +11,11 @@ computation (forward(..., every_token=True), kept for the attention spectra, the
 benchmarks):
 - the last block works out its outputs (attention output, projection, residual, MLP, final
   LayerNorm) at the K state tokens alone, from keys, values (softmax) or e and r (Primal, whose
-  KSVD objective needs them at every token) computed over the whole window;
+  KSVD objective needs them at every token) computed over the whole window; the linear-cost
+  attentions compute their prefix sums everywhere and cut before their output projection;
 - the last action token a_K reaches no state token, so it is dropped before the first block after
-  the last Primal block (at once without Primal blocks): only a Primal block's objective reads it.
-  (The last Primal block, where another follows it, still works out a_K's output: one token of 3K.)
+  the last block whose auxiliary loss reads every token (Primal's; at once without one).
+  (The last such block, where another follows it, still works out a_K's output: one token of 3K.)
 """
 
 from __future__ import annotations
@@ -24,27 +27,23 @@ import torch
 from torch import Tensor, nn
 
 from primal_dt.common.config import ModelConfig
-from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
 from primal_dt.method.dropout import Dropout
+from primal_dt.method.layer import AttentionLayer
+from primal_dt.method.registry import build_attention
 
 STATE_TOKENS = slice(1, None, 3)  # s_t sits at 3t + 1 in (R_1, s_1, a_1, R_2, ...)
 LAST_TOKEN = slice(-1, None)
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block; its attention is softmax or Primal."""
+    """Pre-LayerNorm transformer block; its attention of the given kind (method/registry.py)."""
 
-    def __init__(self, config: ModelConfig, primal: bool) -> None:
+    def __init__(self, config: ModelConfig, kind: str) -> None:
         super().__init__()
         dim = config.embed_dim
+        self.kind = kind
         self.ln_1 = nn.LayerNorm(dim)
-        self.attn: CausalSelfAttention | PrimalAttention
-        if primal:
-            self.attn = PrimalAttention(
-                dim, config.n_head, config.primal_rank, config.dropout, config.primal_init
-            )
-        else:
-            self.attn = CausalSelfAttention(dim, config.n_head, config.dropout)
+        self.attn: AttentionLayer = build_attention(kind, config)
         self.ln_2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(
             nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), Dropout(config.dropout)
@@ -54,15 +53,16 @@ class Block(nn.Module):
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, Tensor | None]:
         """Outputs at every token, or at rows alone (attending to every token); the attention's
-        KSVD objective J (None for softmax, or with objective=False)."""
-        attended, ksvd_j = self.attn(self.ln_1(x), mask, rows, objective)
+        auxiliary loss per sequence (None without one, or with objective=False)."""
+        attended, aux = self.attn(self.ln_1(x), mask, rows, objective)
         x = (x if rows is None else x[:, rows]) + attended
         x = x + self.mlp(self.ln_2(x))
-        return x, ksvd_j
+        return x, aux
 
 
 class DecisionTransformer(nn.Module):
-    """forward(states, actions, returns_to_go, timesteps, mask) -> (actions (B, K, A), KSVD loss)."""
+    """forward(states, actions, returns_to_go, timesteps, mask) -> (actions (B, K, A), auxiliary
+    loss: the KSVD loss of its Primal blocks)."""
 
     def __init__(
         self, config: ModelConfig, state_dim: int, act_dim: int, max_timestep: int
@@ -79,9 +79,9 @@ class DecisionTransformer(nn.Module):
         self.embed_action = nn.Linear(act_dim, dim)
         self.embed_ln = nn.LayerNorm(dim)
         self.drop = Dropout(config.dropout)
-        primal = config.primal_indices()
-        self.blocks = nn.ModuleList(Block(config, i in primal) for i in range(config.n_layer))
-        self.last_action_read_until = max(primal, default=-1)  # the last block that reads a_K
+        self.blocks = nn.ModuleList(Block(config, kind) for kind in config.block_kinds())
+        readers = [i for i, b in enumerate(self.blocks) if b.attn.reads_every_token]
+        self.last_action_read_until = max(readers, default=-1)  # the last block that reads a_K
         self.ln_f = nn.LayerNorm(dim)
         self.predict_action = nn.Sequential(nn.Linear(dim, act_dim), nn.Tanh())
         self.apply(_init_weights)
@@ -114,28 +114,34 @@ class DecisionTransformer(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """states (B, K, S), actions (B, K, A), returns_to_go (B, K), timesteps (B, K), mask (B, K).
 
-        Returns the predicted actions (B, K, A) and the model's KSVD loss: the mean over Primal
-        blocks of mean_B(J^2), or zero when no block is Primal. every_token=True computes every
-        block at every token (the module docstring's reference; the same results, more work).
+        Returns the predicted actions (B, K, A) and the model's auxiliary loss: the mean over the
+        blocks that have one of its batch mean (for Primal blocks mean_B(J^2), the KSVD loss), or
+        zero when none has. every_token=True computes every block at every token (the module
+        docstring's reference; the same results, more work).
         """
         batch, length, _ = states.shape
         x, token_mask = self.embed(states, actions, returns_to_go, timesteps, mask)
-        ksvd_terms = []
+        aux_terms = []
         for i, block in enumerate(self.blocks):
             if i == self.last_action_read_until + 1 and not every_token:
                 x, token_mask = x[:, :-1], token_mask[:, :-1]  # a_K: read by no block from here
             last = i == len(self.blocks) - 1 and not every_token
-            x, ksvd_j = block(x, token_mask, STATE_TOKENS if last else None)
-            if ksvd_j is not None:
-                ksvd_terms.append(ksvd_j.pow(2).mean())
+            x, aux = block(x, token_mask, STATE_TOKENS if last else None)
+            if aux is not None:
+                aux_terms.append(aux.mean())
         if every_token:
             x = x.reshape(batch, length, 3, -1)[:, :, 1]  # the state tokens
         predicted = self.predict_action(self.ln_f(x))
-        if ksvd_terms:
-            ksvd_loss = torch.stack(ksvd_terms).mean()
+        if aux_terms:
+            aux_loss = torch.stack(aux_terms).mean()
         else:
-            ksvd_loss = torch.zeros((), device=states.device)
-        return predicted, ksvd_loss
+            aux_loss = torch.zeros((), device=states.device)
+        return predicted, aux_loss
+
+    def redraw(self, step: int) -> None:
+        """Each attention's random state for training step `step` (layer.py), before its forward."""
+        for block in self.blocks:
+            block.attn.redraw(step)
 
     def act(
         self, states: Tensor, actions: Tensor, returns_to_go: Tensor, timesteps: Tensor,

@@ -199,14 +199,16 @@ class Trainer:
     # --- the loop ----------------------------------------------------------------------------
 
     def train_step(self, batch: Batch) -> Metrics:
-        """One optimiser step; returns its metrics as device tensors (what `train/*` logs)."""
+        """One optimiser step; returns its metrics as device tensors (what `train/*` logs). The
+        auxiliary loss is Primal's KSVD loss (model.py), logged as train/ksvd_loss."""
         cfg = self.config.train
+        self.model.redraw(self.step)  # random features and hashes: a function of the step
         with autocast(cfg.precision, self.device):
-            predicted, ksvd = self.forward_model(
+            predicted, aux = self.forward_model(
                 batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask
             )
         act_loss = action_loss(predicted, batch.actions, batch.mask)
-        loss = act_loss + cfg.ksvd_weight * ksvd.float()
+        loss = act_loss + cfg.ksvd_weight * aux.float()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
@@ -214,7 +216,7 @@ class Trainer:
         self.scheduler.step()
         return {
             "action_loss": act_loss.detach(),
-            "ksvd_loss": ksvd.detach().float(),
+            "ksvd_loss": aux.detach().float(),
             "grad_norm": grad_norm.detach(),
         }
 

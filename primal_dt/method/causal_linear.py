@@ -1,0 +1,98 @@
+"""Causal linear attention in chunks: the prefix sums that the linear-cost attentions share.
+
+For features q, k (B, H, L, F) and values v (B, H, L, E) it computes
+    out_i = sum_{j <= i} (q_i . k_j) v_j
+in O(L (C F + F E)) time and memory, with no L x L tensor: the L tokens are cut into chunks of
+C = min(CHUNK, L); inside a chunk the causal products are written out (a C x C matrix, masked to
+j <= i), and across chunks a running state S = sum_j k_j v_j^T (F x E) carries the earlier ones.
+(The plain form, a cumulative sum over L outer products, keeps L such states: at the DT's sizes
+a few hundred MB per layer for its backward.) Masking padded keys is the caller's: a key of
+zeros contributes nothing.
+
+With log_weights (B, H, L), key j counts with weight exp(w_j), out_i = sum_{j <= i} exp(w_j)
+(q_i . k_j) v_j, computed relative to the running maximum M_i = max_{j <= i} w_j: the result is
+exp(-M_i) out_i together with M_i, so that no exponent is positive and nothing overflows, and
+M_i depends on tokens at or before i alone (a stabiliser over the whole window would let a later
+token's large weight underflow earlier tokens' sums). Performer uses it for its key
+stabiliser. Padded keys must have weight -inf there.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+CHUNK = 16  # tokens per chunk; bench_attention measures the layer against L
+
+
+def _chunked(t: Tensor, chunk: int) -> Tensor:
+    """(B, H, L, X) -> (B, H, N, C, X), zero-padded at the end to N * C tokens."""
+    pad = -t.shape[2] % chunk
+    if pad:
+        t = F.pad(t, (0, 0, 0, pad))
+    return t.unflatten(2, (-1, chunk))
+
+
+def _earlier_chunks(states: Tensor) -> Tensor:
+    """The sum over the chunks before each chunk (B, H, N, F, E), summed in float32 at least."""
+    dtype = torch.promote_types(states.dtype, torch.float32)
+    total = states.to(dtype).cumsum(dim=2) - states.to(dtype)
+    return total.to(states.dtype)
+
+
+def causal_linear_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """sum_{j <= i} (q_i . k_j) v_j: (B, H, L, E)."""
+    length = q.shape[2]
+    chunk = min(CHUNK, length)
+    qc, kc, vc = (_chunked(t, chunk) for t in (q, k, v))
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    scores = torch.matmul(qc, kc.transpose(-2, -1)).masked_fill(~causal, 0.0)
+    earlier = _earlier_chunks(torch.matmul(kc.transpose(-2, -1), vc))  # (B, H, N, F, E)
+    out = torch.matmul(scores, vc) + torch.matmul(qc, earlier)
+    return out.flatten(2, 3)[:, :, :length]
+
+
+def _exp_below(a: Tensor, b: Tensor) -> Tensor:
+    """exp(a - b) for a <= b, and 0 where b = -inf (then a = -inf too: no weight yet)."""
+    finite = torch.isfinite(b)
+    return torch.where(finite, torch.exp(a - torch.where(finite, b, 0.0)), 0.0)
+
+
+def weighted_causal_linear_attention(
+    q: Tensor, k: Tensor, v: Tensor, log_weights: Tensor
+) -> tuple[Tensor, Tensor]:
+    """exp(-M_i) sum_{j <= i} exp(w_j) (q_i . k_j) v_j and M_i = max_{j <= i} w_j (module
+    docstring). Positions before the first finite weight give 0 and M = -inf."""
+    length = q.shape[2]
+    chunk = min(CHUNK, length)
+    weights = log_weights.to(torch.promote_types(log_weights.dtype, torch.float32))
+    running = torch.cummax(weights, dim=2).values  # M_i
+    qc, kc, vc = (_chunked(t, chunk) for t in (q, k, v))
+    # The padding at the end of the last chunk: weight -inf and the last maximum, so it adds
+    # nothing (its outputs are cut off).
+    pad = -length % chunk
+    wc = F.pad(weights, (0, pad), value=float("-inf")).unflatten(2, (-1, chunk))
+    mc = F.pad(running, (0, pad), mode="replicate").unflatten(2, (-1, chunk))
+    # Inside a chunk: exp(w_j - M_i) for j <= i, never above 1.
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    relative = _exp_below(wc[..., None, :], mc[..., :, None]).masked_fill(~causal, 0.0)
+    scores = torch.matmul(qc, kc.transpose(-2, -1)) * relative.to(qc.dtype)
+    intra = torch.matmul(scores, vc)
+    # Across chunks: chunk c's state relative to the maximum at its end, M_end(c); the running
+    # total T_c = T_{c-1} exp(M_end(c-1) - M_end(c)) + state_c, each factor at most 1.
+    end = mc[..., -1]  # (B, H, N)
+    local = _exp_below(wc, end[..., None]).to(kc.dtype)
+    states = torch.matmul((kc * local[..., None]).transpose(-2, -1), vc).float()
+    carried = [torch.zeros_like(states[:, :, 0])]  # T_{c-1}, relative to M_end(c - 1)
+    for c in range(1, states.shape[2]):  # N = L / C steps: a handful at the DT's sizes
+        if c > 1:
+            scale = _exp_below(end[..., c - 2], end[..., c - 1])[..., None, None]
+            carried.append(carried[-1] * scale + states[:, :, c - 1])
+        else:
+            carried.append(states[:, :, 0])
+    earlier = torch.stack(carried, dim=2).to(qc.dtype)  # relative to M_end(c - 1)
+    previous_end = F.pad(end[..., :-1], (1, 0), value=float("-inf"))
+    to_query = _exp_below(previous_end[..., None], mc).to(qc.dtype)  # exp(M_end(c-1) - M_i)
+    out = intra + torch.matmul(qc, earlier) * to_query[..., None]
+    return out.flatten(2, 3)[:, :, :length], running

@@ -1,0 +1,61 @@
+"""Causal linear attention, the Linear Transformer of Katharopoulos et al., "Transformers are RNNs"
+(ICML 2020, arXiv 2006.16236), its Eq. (9) in causal form.
+
+  L1. q, k, v = x Wq, x Wk, x Wv (with biases), split into H heads of size d.
+  L2. phi(u) = elu(u) + 1, positive; padded keys are zeroed, phi(k_j) m_j.
+  L3. o_i = phi(q_i)^T S_i / (phi(q_i)^T z_i + eps), S_i = sum_{j<=i} m_j phi(k_j) v_j^T,
+      z_i = sum_{j<=i} m_j phi(k_j), eps = 1e-6; heads merged, output projection, residual dropout.
+  The explicit form it factorises: o_i = sum_{j<=i} A_ij v_j / (sum_{j<=i} A_ij + eps),
+  A_ij = m_j phi(q_i) . phi(k_j). Cost O(L d^2) through causal_linear.py's chunks.
+
+As idiap/fast-transformers (CausalLinearAttention): the same feature map, eps and no 1/sqrt(d)
+scale. There the padding mask is a length mask (right padding); here any 0/1 mask zeroes keys.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from primal_dt.common.config import ModelConfig
+from primal_dt.method.attention import check_arguments
+from primal_dt.method.causal_linear import causal_linear_attention
+from primal_dt.method.dropout import Dropout
+from primal_dt.method.layer import AttentionLayer, at_rows, merge_heads, split_heads
+
+EPS = 1e-6
+
+
+def normalised_linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float) -> Tensor:
+    """sum_{j<=i} (q_i . k_j) v_j / (sum_{j<=i} q_i . k_j + eps), features q, k already masked:
+    the value sums and the normaliser from one pass, the normaliser as a column of ones."""
+    ones = torch.ones_like(v[..., :1])
+    out = causal_linear_attention(q, k, torch.cat((v, ones), dim=-1))
+    return out[..., :-1] / (out[..., -1:] + eps)
+
+
+class LinearAttention(AttentionLayer):
+    """Causal linear attention, steps L1-L3 of the module docstring."""
+
+    label = "Linear"
+
+    def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
+        super().__init__()
+        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
+        self.n_head = n_head
+        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
+        self.proj = nn.Linear(embed_dim, embed_dim)
+        self.resid_dropout = Dropout(dropout)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> LinearAttention:
+        return cls(config.embed_dim, config.n_head, config.dropout)
+
+    def forward(
+        self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
+    ) -> tuple[Tensor, None]:
+        q, k, v = (split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
+        keys = (F.elu(k) + 1.0) * mask[:, None, :, None].to(k.dtype)
+        y = normalised_linear_attention(F.elu(q) + 1.0, keys, v, EPS)
+        return self.resid_dropout(self.proj(at_rows(merge_heads(y), rows))), None

@@ -1,0 +1,118 @@
+"""Causal Performer attention (FAVOR+), Choromanski et al., "Rethinking Attention with Performers"
+(ICLR 2021, arXiv 2009.14794): softmax attention through positive orthogonal random features.
+
+  R1. q, k, v = x Wq, x Wk, x Wv (with biases), H heads of size d; x' = x d^(-1/4) for q and k,
+      so that E[phi(q') . phi(k')] = exp(q . k / sqrt(d)), the softmax kernel.
+  R2. phi(x') = exp(W x' - ||x'||^2 / 2) / sqrt(m) with W (m, d), m = model.performer_features:
+      blocks of d orthonormal rows (QR of a Gaussian matrix), each row scaled by the norm of an
+      independent Gaussian d-vector (the paper's orthogonal random features, ortho_scaling 0).
+      One W for all heads of a layer.
+  R3. o_i = sum_{j<=i} A_ij v_j / sum_{j<=i} A_ij, A_ij = m_j phi(q_i') . phi(k_j') (0 where no
+      real key precedes i); heads merged, output projection, residual dropout. Cost O(L m d)
+      through causal_linear.py.
+  R4. Stabilisers, exact: a query's features are divided by exp of their largest exponent (it
+      cancels in o_i); a key's by exp(s_j), s_j its largest exponent, and put back as the weight
+      exp(s_j) that causal_linear.py's weighted sums carry relative to the running maximum of
+      s over the prefix. Both change no value of o_i; the exponents and features are float32.
+  R5. W is redrawn every model.performer_redraw training steps (0: never), from the layer's seed
+      and the step; evaluation uses the W of the checkpoint.
+
+Where it departs from the public code (google-research performer/fast_attention,
+lucidrains/performer-pytorch), and why: both stabilise keys with a maximum over the whole
+sequence, through which a later token can underflow an earlier token's sums, and both add a small
+epsilon to every feature (1e-4, 1e-6), which the ratio above does without; here the running
+maximum keeps it causal and padding-exact. Google's code redraws W at every call from a seed made
+of the sum of all queries (the whole batch, later tokens included); redrawing every 1000 steps,
+from the step, is performer-pytorch's default interval (feature_redraw_interval).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from primal_dt.common.config import ModelConfig
+from primal_dt.method.attention import check_arguments
+from primal_dt.method.causal_linear import weighted_causal_linear_attention
+from primal_dt.method.dropout import Dropout
+from primal_dt.method.layer import Redrawn, at_rows, merge_heads, split_heads, step_generator
+
+
+def orthogonal_features(m: int, d: int, generator: torch.Generator) -> Tensor:
+    """W (m, d) of step R2, float32."""
+    blocks = []
+    for _ in range(math.ceil(m / d)):
+        gaussian = torch.randn(d, d, generator=generator, dtype=torch.float64)
+        q, _ = torch.linalg.qr(gaussian)
+        blocks.append(q.T)
+    rows = torch.cat(blocks)[:m]
+    norms = torch.randn(m, d, generator=generator, dtype=torch.float64).norm(dim=1)
+    return (rows * norms[:, None]).float()
+
+
+def exponents(x: Tensor, features: Tensor) -> Tensor:
+    """W x' - ||x'||^2 / 2 of step R2 for x (B, H, L, d), in float32 at least: (B, H, L, m)."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    with torch.autocast(x.device.type, enabled=False):
+        scaled = x.to(dtype) * x.shape[-1] ** -0.25
+        return scaled @ features.to(dtype).T - 0.5 * scaled.square().sum(dim=-1, keepdim=True)
+
+
+class PerformerAttention(Redrawn):
+    """Causal FAVOR+ attention, steps R1-R5 of the module docstring."""
+
+    label = "Performer"
+
+    def __init__(
+        self, embed_dim: int, n_head: int, dropout: float, features: int, redraw_every: int
+    ) -> None:
+        super().__init__()
+        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
+        if features <= 0 or redraw_every < 0:
+            raise ValueError(
+                f"{type(self).__name__}: features must be positive and redraw_every >= 0, got "
+                f"{features} and {redraw_every}"
+            )
+        self.n_head = n_head
+        self.num_features = features
+        self.redraw_every = redraw_every
+        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
+        self.proj = nn.Linear(embed_dim, embed_dim)
+        self.resid_dropout = Dropout(dropout)
+        head_dim = embed_dim // n_head
+        self.register_buffer("features", self._draw(0, head_dim))
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> PerformerAttention:
+        return cls(
+            config.embed_dim, config.n_head, config.dropout, config.performer_features,
+            config.performer_redraw,
+        )  # fmt: skip
+
+    def _draw(self, step: int, head_dim: int) -> Tensor:
+        return orthogonal_features(self.num_features, head_dim, step_generator(self.seed, step))
+
+    def redraw(self, step: int) -> None:
+        if self.redraw_every and step > 0 and step % self.redraw_every == 0:
+            features: Tensor = self.features
+            features.copy_(self._draw(step, features.shape[1]))
+
+    def forward(
+        self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
+    ) -> tuple[Tensor, None]:
+        q, k, v = (split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
+        query_exp, key_exp = exponents(q, self.features), exponents(k, self.features)
+        query = torch.exp(query_exp - query_exp.amax(dim=-1, keepdim=True)).to(v.dtype)
+        key_max = key_exp.amax(dim=-1)  # s_j
+        key = torch.exp(key_exp - key_max[..., None]).to(v.dtype)
+        log_weights = key_max.masked_fill(~mask[:, None, :].bool(), float("-inf"))
+        ones = torch.ones_like(v[..., :1])
+        out, _ = weighted_causal_linear_attention(
+            query, key, torch.cat((v, ones), dim=-1), log_weights
+        )
+        # A query with no real key yet (padding) has sums of 0: its output is 0, its gradient too.
+        total = out[..., -1:]
+        y = out[..., :-1] / torch.where(total > 0, total, 1.0)
+        return self.resid_dropout(self.proj(at_rows(merge_heads(y), rows))), None
