@@ -1,4 +1,5 @@
-"""The Decision Transformer (primal_dt/method/model.py's docstring) with softmax, Primal or mixed attention blocks.
+"""The Decision Transformer (primal_dt/method/model.py's docstring) with softmax, Primal, the other
+attentions of the registry, or mixed attention blocks.
 
 Checked through the whole model: causality at the timestep level (and inside a timestep: a_t is
 predicted before a_t is seen), independence from padded steps, the KSVD loss (zero without Primal
@@ -15,23 +16,32 @@ from primal_dt.common.config import ModelConfig
 from primal_dt.common.errors import ConfigError
 from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
 from primal_dt.method.model import DecisionTransformer
+from primal_dt.method.registry import ATTENTIONS
 
 STATE_DIM, ACT_DIM, MAX_T, K, BATCH = 5, 3, 50, 6, 3
 PRIMAL_CHOICES = ["none", "last", "all", [0]]
 IDS = ["none", "last", "all", "first"]
+# The other kinds, each in every block, and one mixture of three kinds.
+OTHER_KINDS = [kind for kind in ATTENTIONS if kind not in ("softmax", "primal")]
+MIXED = ["flowformer", "primal", "reformer"]
+MODELS = PRIMAL_CHOICES + OTHER_KINDS + [MIXED]
+MODEL_IDS = IDS + OTHER_KINDS + ["mixed"]
 
 
-def make_model(primal_blocks: str | list[int], seed: int = 0) -> DecisionTransformer:
+def make_model(blocks: str | list[int] | list[str], seed: int = 0) -> DecisionTransformer:
+    """blocks: a model.primal_blocks value (softmax elsewhere), an attention kind for every
+    block, or a list of kinds, one per block."""
     torch.manual_seed(seed)
+    if isinstance(blocks, list) and blocks and isinstance(blocks[0], str):
+        kinds: dict = {"attention": blocks}
+    elif isinstance(blocks, str) and blocks in OTHER_KINDS:
+        kinds = {"attention": blocks}
+    else:
+        kinds = {"primal_blocks": blocks}
     config = ModelConfig(
-        embed_dim=32,
-        n_layer=3,
-        n_head=2,
-        dropout=0.1,
-        context_len=K,
-        primal_blocks=primal_blocks,
-        primal_rank=8,
-    )
+        embed_dim=32, n_layer=3, n_head=2, dropout=0.1, context_len=K, primal_rank=8,
+        performer_features=16, reformer_buckets=4, reformer_chunk=4, reformer_hashes=2, **kinds,
+    )  # fmt: skip
     config.validate()
     return DecisionTransformer(config, STATE_DIM, ACT_DIM, MAX_T).eval()
 
@@ -73,7 +83,7 @@ def resample(batch: dict[str, Tensor], where: Tensor, gen: torch.Generator) -> d
 # ------------------------------------------------------------------------------ causality
 
 
-@pytest.mark.parametrize("primal_blocks", PRIMAL_CHOICES, ids=IDS)
+@pytest.mark.parametrize("primal_blocks", MODELS, ids=MODEL_IDS)
 def test_later_timesteps_do_not_change_earlier_predictions(primal_blocks) -> None:
     model = make_model(primal_blocks)
     batch = make_batch()
@@ -91,7 +101,7 @@ def test_later_timesteps_do_not_change_earlier_predictions(primal_blocks) -> Non
         assert (new_predicted[:, t + 1 :] - predicted[:, t + 1 :]).abs().max() > 1e-5
 
 
-@pytest.mark.parametrize("primal_blocks", PRIMAL_CHOICES, ids=IDS)
+@pytest.mark.parametrize("primal_blocks", MODELS, ids=MODEL_IDS)
 def test_action_at_t_is_not_seen_by_its_own_prediction(primal_blocks) -> None:
     model = make_model(primal_blocks)
     batch = make_batch()
@@ -116,7 +126,7 @@ def test_action_at_t_is_not_seen_by_its_own_prediction(primal_blocks) -> None:
 # -------------------------------------------------------------------------------- padding
 
 
-@pytest.mark.parametrize("primal_blocks", PRIMAL_CHOICES, ids=IDS)
+@pytest.mark.parametrize("primal_blocks", MODELS, ids=MODEL_IDS)
 def test_padded_steps_change_neither_predictions_nor_ksvd_loss(primal_blocks) -> None:
     model = make_model(primal_blocks)
     mask = left_padding_mask()
@@ -167,9 +177,9 @@ def test_ksvd_loss_is_mean_over_primal_blocks_of_mean_j_squared(primal_blocks, p
     js: list[Tensor] = []
 
     def keep_j(module, inputs, output) -> None:
-        y, j = output
-        assert j.shape == (BATCH,)
-        js.append(j)
+        y, j_squared = output  # a Primal layer's auxiliary loss per sequence: J^2
+        assert j_squared.shape == (BATCH,)
+        js.append(j_squared.sqrt())
 
     primal = [m for m in model.modules() if isinstance(m, PrimalAttention)]
     assert len(primal) == len(model.config.primal_indices())
@@ -243,7 +253,7 @@ def test_validate_rejects_bad_model_config(overrides) -> None:
         config.validate()
 
 
-@pytest.mark.parametrize("primal_blocks", PRIMAL_CHOICES, ids=IDS)
+@pytest.mark.parametrize("primal_blocks", MODELS, ids=MODEL_IDS)
 @pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
 def test_act_is_the_last_prediction_of_forward(primal_blocks, padded: bool) -> None:
     """act() skips the outputs nobody reads; in float64 it must give the last action of the
@@ -261,7 +271,7 @@ def test_act_is_the_last_prediction_of_forward(primal_blocks, padded: bool) -> N
 # ------------------------------------------------------- only what the loss reads is computed
 
 
-@pytest.mark.parametrize("primal_blocks", PRIMAL_CHOICES + [[1]], ids=IDS + ["middle"])
+@pytest.mark.parametrize("primal_blocks", MODELS + [[1]], ids=MODEL_IDS + ["middle"])
 @pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
 @pytest.mark.parametrize(
     ("dtype", "tolerance"),

@@ -20,6 +20,7 @@ from scipy.stats import trim_mean
 
 from primal_dt.cli import main
 from primal_dt.evaluation import plots
+from primal_dt.common.resources import resource_dir
 from primal_dt.tools.report import aggregates, collect, group, paper_scores, write_report
 
 
@@ -244,14 +245,16 @@ def test_aggregates_intervals_and_the_papers_numbers(
     paper = {key: dict(zip(header, cells(table, f"| {key[0]} | {key[1]} |"), strict=True))[column]
              for key in [*SCORES, (NO_REFERENCE, "dt")]}  # fmt: skip
     assert paper == {
-        ("hopper-medium", "dt"): "DT 64.2", ("hopper-medium", "primal-dt"): "Primal.+DT 74.5",
-        ("walker2d-medium", "dt"): "DT 70.6", ("walker2d-medium", "primal-dt"): "Primal.+DT 77.9",
+        ("hopper-medium", "dt"): "DT 64.2 ± 1.1",
+        ("hopper-medium", "primal-dt"): "Primal.+DT 74.5 ± 0.6",
+        ("walker2d-medium", "dt"): "DT 70.6 ± 3.2",
+        ("walker2d-medium", "primal-dt"): "Primal.+DT 77.9 ± 7.8",
         (NO_REFERENCE, "dt"): "",
     }  # fmt: skip
     note = next(line for line in table.splitlines() if line.startswith("[P] "))
     assert "D4RL v2 datasets with gym v3 environments" in note and "3 seeds" in note
     assert "Flowformer reproduction of DT" in note and "Minari" in note
-    assert csv_rows["hopper-medium", "primal-dt"]["paper"] == "Primal.+DT 74.5"
+    assert csv_rows["hopper-medium", "primal-dt"]["paper"] == "Primal.+DT 74.5 ± 0.6"
 
     # The figures, each with a caption that counts its runs; their texts stay inside them.
     counts = "from 12 runs (dt: 6 runs (3 seeds × 2 tasks); primal-dt: 6 runs (3 seeds × 2 tasks))"
@@ -310,12 +313,20 @@ def test_one_seed_or_one_task_says_what_cannot_be_computed(trained: Path, tmp_pa
 
 def test_the_papers_table_is_data_beside_the_report() -> None:
     paper = paper_scores()
-    assert paper.columns == {"dt": "DT", "primal-dt": "Primal.+DT"}
-    assert len(paper.scores) == 9 and paper.seeds == 3
+    columns = ["DT", "Linear", "Reformer", "Performer", "cosFormer", "Flowformer", "Primal.+DT"]
+    assert list(paper.columns.values()) == columns  # one config per column (configs/)
+    for config in paper.columns:
+        assert (resource_dir("configs") / f"{config}.toml").is_file(), config
+    assert len(paper.scores) == len(paper.spread) == 9 and paper.seeds == 3
+    for task, row in paper.scores.items():
+        assert list(row) == list(paper.spread[task]) == columns, task
     for column, average in paper.average.items():  # its average row is the mean of its rows
         assert np.mean([row[column] for row in paper.scores.values()]) == pytest.approx(
             average, abs=0.05
         )
-    assert paper.cell("hopper-medium-replay", "dt") == "DT 79.7"
-    assert paper.cell("hopper-medium-replay", "other") == "DT 79.7 / Primal.+DT 88.5"
+    assert paper.average == dict(zip(columns, [72.2, 64.4, 63.9, 63.8, 67.8, 73.5, 77.5]))
+    assert paper.cell("hopper-medium-replay", "dt") == "DT 79.7 ± 7.4"
+    assert paper.cell("walker2d-medium-expert", "linear-dt") == "Linear 67.2 ± 27.3"
+    assert paper.cell("average", "flowformer-dt") == "Flowformer 73.5 ± 2.9"
+    assert paper.cell("hopper-medium-replay", "other").startswith("DT 79.7 ± 7.4 / Linear 74.3")
     assert paper.cell("ant-medium", "dt") == ""

@@ -1,7 +1,8 @@
 """The singular-value spectrum of each block's attention output, the Primal paper's second claim.
 
 The KSVD loss should make a Primal block's attention output low-rank: its normalised cumulative
-singular values cumsum(sigma) / sum(sigma) rise faster than those of softmax attention. For each
+singular values cumsum(sigma) / sum(sigma) rise faster than those of softmax attention. Every
+block is measured whatever its kind, and labelled by it (method/registry.py). For each
 block we take the attention module's output (a forward hook on `block.attn`) on a fixed set of
 K-step windows, one (tokens x embed) matrix per window over its real tokens only, and average the
 curves over the windows.
@@ -23,6 +24,7 @@ from torch import Tensor, nn
 
 from primal_dt.data.episodes import Batch, WindowSampler, load_task_data
 from primal_dt.method.model import DecisionTransformer, evaluating
+from primal_dt.method.registry import attention_label
 from primal_dt.store.rundir import RunDir, Snapshot, atomic_write
 
 WINDOWS_SEED = 2305_19798  # the paper's arXiv number: any constant, the same for every run
@@ -132,11 +134,11 @@ def log_spectrum(writer: Any, run: RunDir, snapshot: Snapshot, model: DecisionTr
 
     step = snapshot.step
     spectra = checkpoint_spectra(run, snapshot, model)
-    primal = set(snapshot.config.model.primal_indices())
+    kinds = snapshot.config.model.block_kinds()
     for i, curve in enumerate(spectra):
         writer.add_scalar(f"spectrum/block_{i}/rank_90", rank_at(curve), step)
     for i, curve in enumerate(spectra):
-        kind = "Primal" if i in primal else "softmax"
+        kind = attention_label(kinds[i])
         title = f"{snapshot.task.name}, block {i} ({kind}), step {step}"
         figure = spectrum_figure({f"step {step}": [curve]}, title, size=(4.0, 3.0))
         writer.add_image(f"spectrum/block_{i}", figure_image(figure), step, dataformats="HWC")

@@ -63,7 +63,8 @@ class CosformerAttention(AttentionLayer):
                 f"{type(self).__name__}: {length} tokens, more than its M = {self.max_length}"
             )
         q, k, v = (split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
-        angle = torch.arange(1, length + 1, device=x.device) * (math.pi / (2 * self.max_length))
+        positions = torch.arange(1, length + 1, device=x.device, dtype=torch.float64)
+        angle = positions * (math.pi / (2 * self.max_length))
         cos, sin = (f(angle)[:, None].to(q.dtype) for f in (torch.cos, torch.sin))
         q, k = F.relu(q), F.relu(k) * mask[:, None, :, None].to(k.dtype)
         features_q = torch.cat((q * cos, q * sin), dim=-1)

@@ -47,7 +47,7 @@ def dot(a: Tensor, b: Tensor) -> Tensor:
 def flows(queries: Tensor, keys: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Steps F2-F4 for Q, K (B, H, L, d) in float32 and the mask (B, L): the factor of each
     query, 1 / <Q_i + eps, sum K + eps>, the allocation a (B, H, L) and the competition c."""
-    real = mask[:, None, :].float()
+    real = mask[:, None, :].to(queries.dtype)
     count = real.cumsum(dim=-1).clamp(min=1.0)  # n_i
     to_sink = dot(queries, keys.cumsum(dim=2)).reciprocal()  # I_i / n_i
     from_source = dot(keys, queries.cumsum(dim=2)).reciprocal()  # O_j / n_j
@@ -81,10 +81,12 @@ class FlowAttention(AttentionLayer):
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, None]:
         q, k, v = (split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
-        real = mask[:, None, :, None].float()
-        queries, keys = torch.sigmoid(q.float()) * real, torch.sigmoid(k.float()) * real
+        flow_dtype = torch.promote_types(q.dtype, torch.float32)
+        real = mask[:, None, :, None].to(flow_dtype)
+        queries = torch.sigmoid(q.to(flow_dtype)) * real
+        keys = torch.sigmoid(k.to(flow_dtype)) * real
         to_sink, allocation, competition = flows(queries, keys, mask)
-        dtype = v.dtype
+        dtype = v.dtype  # bf16 under autocast: the value sums are the layer's products
         y = causal_linear_attention(
             (queries * to_sink[..., None]).to(dtype),
             keys.to(dtype),

@@ -124,7 +124,8 @@ class ReformerAttention(Redrawn):
         queries = arranged(q)
         keys = look_one_back(arranged(F.normalize(q, dim=-1)), 0.0)
         values = look_one_back(arranged(v), 0.0)
-        scores = torch.matmul(queries, keys.transpose(-2, -1)).float() * head_dim**-0.5
+        scores = torch.matmul(queries, keys.transpose(-2, -1))
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * head_dim**-0.5
         # Which candidates each sorted query has (step H3), by sorted place t and bucket.
         place = torch.arange(length + pad, device=x.device).view(-1, chunk)  # (N, c)
         key_place = look_one_back(place[..., None], -2 * chunk).squeeze(-1)  # (N, 2c)

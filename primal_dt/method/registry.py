@@ -47,6 +47,6 @@ def build_attention(kind: str, config: ModelConfig) -> AttentionLayer:
     return attention_class(kind).from_config(config)
 
 
-def label(kind: str) -> str:
+def attention_label(kind: str) -> str:
     """How reports and spectra name a kind ("Primal", "softmax", "Flowformer", ...)."""
     return ATTENTIONS[kind].label if kind in ATTENTIONS else kind

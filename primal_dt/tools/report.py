@@ -43,6 +43,7 @@ import numpy as np
 from primal_dt.common.errors import PrimalDTError
 from primal_dt.data.episodes import ReferenceScores
 from primal_dt.evaluation.conditioning import curve_points, read_curve
+from primal_dt.method.registry import attention_label
 from primal_dt.store.dashboards import copy_run, read_scalars, write_layout
 from primal_dt.store.results import EvalRecord, read_results
 from primal_dt.store.rundir import (
@@ -76,7 +77,7 @@ class RunSummary:
     config: str
     seed: int
     steps: int  # configured train.steps
-    primal_blocks: list[int]
+    block_kinds: list[str]  # each block's attention (method/registry.py)
     step: int | None = None  # its checkpoint's
     final: float | None = None
     best: float | None = None
@@ -104,7 +105,7 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
         config=started.config_name,
         seed=started.config.train.seed,
         steps=started.config.train.steps,
-        primal_blocks=started.config.model.primal_indices(),
+        block_kinds=started.config.model.block_kinds(),
     )
     records = read_results(run_dir)
     good = [r for r in records if r.error is None]
@@ -514,14 +515,22 @@ class PaperScores:
     dt_column: str  # what its DT column is
     columns: dict[str, str]  # our config name -> its column
     scores: dict[str, dict[str, float]]  # task -> column -> normalised score
+    spread: dict[str, dict[str, float]]  # task -> column -> the ± printed beside it
     average: dict[str, float]  # column -> its average over the tasks of scores
+    average_spread: dict[str, float]
 
     def cell(self, task: str, config: str) -> str:
-        """The paper's score(s) for our row: config's column, or every column for other configs."""
-        scores = self.average if task == "average" else self.scores.get(task, {})
+        """The paper's score(s) for our row, with their ±: config's column, or every column for
+        other configs."""
+        if task == "average":
+            scores, spread = self.average, self.average_spread
+        else:
+            scores, spread = self.scores.get(task, {}), self.spread.get(task, {})
         columns = [self.columns[config]] if config in self.columns else list(scores)
         return " / ".join(
-            f"{column} {scores[column]:.1f}" for column in columns if column in scores
+            f"{column} {scores[column]:.1f} ± {spread[column]:.1f}"
+            for column in columns
+            if column in scores
         )
 
     def note(self) -> str:
@@ -541,11 +550,15 @@ def paper_scores() -> PaperScores:
         seeds=int(data["seeds"]),
         dt_column=data["dt_column"],
         columns=dict(data["columns"]),
-        scores={
-            task: {k: float(v) for k, v in row.items()} for task, row in data["scores"].items()
-        },
+        scores=_table(data["scores"]),
+        spread=_table(data["spread"]),
         average={column: float(v) for column, v in data["average"].items()},
+        average_spread={column: float(v) for column, v in data["average_spread"].items()},
     )
+
+
+def _table(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    return {task: {k: float(v) for k, v in row.items()} for task, row in rows.items()}
 
 
 def _paper_cell(row: Row, rows: list[Row]) -> str:
@@ -656,7 +669,7 @@ def spectrum_table(summaries: list[RunSummary]) -> str:
         for block, curve in enumerate(summary.spectra or []):
             key = (summary.task, summary.config, block)
             groups.setdefault(key, []).append(rank_at(curve))
-            kinds[key] = "Primal" if block in summary.primal_blocks else "softmax"
+            kinds[key] = attention_label(summary.block_kinds[block])
             sizes[key] = len(curve)
     lines = [
         "| task | config | block | attention | singular values for 90% (mean ± std) | of |",
@@ -681,7 +694,8 @@ def figures(summaries: list[RunSummary], out: Path) -> list[Path]:
         mine = sorted((r for r in summaries if r.task == task), key=lambda r: (r.config, r.seed))
         configs = _unique([r.config for r in mine])
         scores = {c: [r.scores for r in mine if r.config == c] for c in configs}
-        ksvd = {c: [r.ksvd for r in mine if r.config == c and r.primal_blocks] for c in configs}
+        ksvd = {c: [r.ksvd for r in mine if r.config == c and "primal" in r.block_kinds]
+                for c in configs}  # fmt: skip
         label = "normalised score" if all(r.normalized for r in mine) else "score (return)"
         figure = curves_figure(task, scores, ksvd, label)
         written.append(save(figure, out / f"curves_{safe_name(task)}.png"))
@@ -702,7 +716,7 @@ def figures(summaries: list[RunSummary], out: Path) -> list[Path]:
             for config in configs:
                 here = [r for r in with_spectra if r.config == config and block < len(r.spectra)]
                 if here:
-                    kind = "Primal" if block in here[0].primal_blocks else "softmax"
+                    kind = attention_label(here[0].block_kinds[block])
                     curves[f"{config} ({kind})"] = [r.spectra[block] for r in here]
             blocks.append((f"block {block}", curves))
         written.append(save(spectra_figure(task, blocks), out / f"spectrum_{safe_name(task)}.png"))

@@ -25,6 +25,7 @@ from primal_dt.data.episodes import TaskData, WindowSampler, load_task_data
 from primal_dt.data.tasks import Task
 from primal_dt.evaluation.evaluators import make_evaluator
 from primal_dt.method.model import DecisionTransformer
+from primal_dt.method.registry import check_kinds
 from primal_dt.store.results import drop_results_after, final_missing
 from primal_dt.store.rundir import (
     RunConfig,
@@ -127,6 +128,7 @@ def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "def
             f"{run_dir} already holds a run; continue it with --resume {run_dir} "
             f"or choose another --run-dir"
         )
+    check_kinds(config.model)  # before the dataset is loaded
     data = load_task_data(task, config.data.download)
     asked = config.train.precision
     trainer = assemble(config, data, run_dir)  # everything is checked: now write

@@ -1,0 +1,232 @@
+"""The five attentions of the Primal paper's comparison (Linear, Reformer, Performer, cosFormer,
+Flowformer) against references written as the explicit masked L x L computation that each one
+factorises or approximates, in float64, forward and gradients; their random state (Performer's
+features, Reformer's rotations) as part of the model's state. Causality, padding, rows, no L x L
+tensor and no NaN are tests/test_attention.py's, for every kind."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_attention import EMBED, HEADS, LENGTH, LAYERS, padding_masks
+from torch import Tensor
+
+from primal_dt.method.cosformer import CosformerAttention
+from primal_dt.method.flowformer import FlowAttention
+from primal_dt.method.linear_attention import LinearAttention
+from primal_dt.method.performer import PerformerAttention, orthogonal_features
+from primal_dt.method.reformer import ReformerAttention
+
+CAUSAL = torch.ones(LENGTH, LENGTH, dtype=torch.bool).tril()
+
+
+def projected(linear: torch.nn.Module, x: Tensor, parts: int) -> list[Tensor]:
+    """x projected and split into `parts` tensors of heads (B, H, L, d)."""
+    return [t.unflatten(-1, (HEADS, -1)).transpose(1, 2) for t in linear(x).chunk(parts, -1)]
+
+
+def finish(layer: torch.nn.Module, y: Tensor) -> Tensor:
+    """Heads merged and the output projection (eval mode: no dropout)."""
+    return layer.proj(y.transpose(1, 2).flatten(2))
+
+
+def pairs(mask: Tensor) -> Tensor:
+    """(B, 1, L, L): key j counts for query i (j <= i, j real)."""
+    return (CAUSAL & mask[:, None, :])[:, None]
+
+
+def reference_linear(layer: LinearAttention, x: Tensor, mask: Tensor) -> Tensor:
+    q, k, v = projected(layer.qkv, x, 3)
+    a = ((F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)) * pairs(mask)
+    return finish(layer, (a @ v) / (a.sum(-1, keepdim=True) + 1e-6))
+
+
+def reference_cosformer(layer: CosformerAttention, x: Tensor, mask: Tensor) -> Tensor:
+    q, k, v = projected(layer.qkv, x, 3)
+    i = torch.arange(LENGTH, dtype=x.dtype)
+    weight = torch.cos(math.pi / 2 * (i[:, None] - i[None, :]) / layer.max_length)
+    a = (F.relu(q) @ F.relu(k).transpose(-2, -1)) * weight * pairs(mask)
+    return finish(layer, (a @ v) / a.sum(-1, keepdim=True).clamp_min(1e-6))
+
+
+def reference_performer(layer: PerformerAttention, x: Tensor, mask: Tensor) -> Tensor:
+    q, k, v = projected(layer.qkv, x, 3)
+    w = layer.features.to(x.dtype)
+
+    def phi(t: Tensor) -> Tensor:  # unstabilised: float64 holds these exponents
+        t = t * t.shape[-1] ** -0.25
+        return torch.exp(t @ w.T - 0.5 * t.square().sum(-1, keepdim=True)) / math.sqrt(len(w))
+
+    a = (phi(q) @ phi(k).transpose(-2, -1)) * pairs(mask)
+    total = a.sum(-1, keepdim=True)
+    return finish(layer, (a @ v) / torch.where(total > 0, total, 1.0))
+
+
+def reference_flowformer(layer: FlowAttention, x: Tensor, mask: Tensor) -> Tensor:
+    q, k, v = projected(layer.qkv, x, 3)
+    eps, m = 1e-6, mask[:, None, :, None].to(x.dtype)
+    prefix = CAUSAL.to(x.dtype)  # sum over j <= i as an L x L product
+    sinks, sources = torch.sigmoid(q) * m, torch.sigmoid(k) * m
+    n = (prefix @ m).clamp_min(1.0)[..., 0]
+
+    def dot(a: Tensor, b: Tensor) -> Tensor:
+        return ((a + eps) * (b + eps)).sum(-1)
+
+    incoming = n / dot(sinks, prefix @ sources)
+    outgoing = n / dot(sources, prefix @ sinks)
+    incoming_refined = dot(sinks, prefix @ (sources * outgoing[..., None])) / n
+    outgoing_refined = (dot(sources, prefix @ (sinks * incoming[..., None])) / n).clamp(-10, 10)
+    allocation = torch.sigmoid(incoming_refined)
+    weight = torch.exp(outgoing_refined) * m[..., 0]
+    competition = n * weight / (weight @ prefix.T).clamp_min(1e-300)  # 0 before a real token
+    a = (sinks @ sources.transpose(-2, -1)) * prefix
+    y = (a @ (v * competition[..., None])) / dot(sinks, prefix @ sources)[..., None]
+    return finish(layer, y * allocation[..., None])
+
+
+def reference_reformer(layer: ReformerAttention, x: Tensor, mask: Tensor) -> Tensor:
+    """Steps H1-H4 as a loop over sequences, heads, rounds and queries: each query's candidates
+    are its bucket's c most recent earlier real tokens, found by looking back along positions."""
+    q, v = projected(layer.qk, x, 1)[0], projected(layer.value, x, 1)[0]
+    keys = q / q.norm(dim=-1, keepdim=True)
+    rotations = layer.rotations.to(x.dtype)  # (n_r, H, d, b/2)
+    batch, heads, length, d = q.shape
+    out = torch.zeros_like(q)
+    for b in range(batch):
+        for h in range(heads):
+            rounds, sums = [], []
+            for r in range(rotations.shape[0]):
+                rotated = q[b, h] @ rotations[r, h]
+                bucket = torch.cat((rotated, -rotated), -1).argmax(-1)
+                o = torch.zeros(length, d, dtype=x.dtype)
+                lse = torch.zeros(length, dtype=x.dtype)
+                for i in range(length):
+                    if not mask[b, i]:
+                        continue
+                    found = [j for j in range(i) if mask[b, j] and bucket[j] == bucket[i]]
+                    chosen = found[-layer.chunk :] if found else []
+                    scores = [q[b, h, i] @ keys[b, h, j] / math.sqrt(d) for j in chosen]
+                    scores = torch.stack([*scores, torch.tensor(-1e5, dtype=x.dtype)])
+                    probs = torch.softmax(scores, 0)
+                    o[i] = probs @ v[b, h, [*chosen, i]]
+                    lse[i] = torch.logsumexp(scores, 0)
+                rounds.append(o)
+                sums.append(lse)
+            weights = torch.softmax(torch.stack(sums), 0)  # over the rounds
+            out[b, h] = (torch.stack(rounds) * weights[..., None]).sum(0)
+    return finish(layer, out)
+
+
+REFERENCES: dict[str, Callable[..., Tensor]] = {
+    "linear": reference_linear,
+    "reformer": reference_reformer,
+    "performer": reference_performer,
+    "cosformer": reference_cosformer,
+    "flowformer": reference_flowformer,
+}
+
+
+@pytest.mark.parametrize("kind", REFERENCES)
+def test_attention_matches_its_explicit_reference(kind: str) -> None:
+    """Outputs at real tokens and the gradients of a loss over them (input and every parameter)
+    agree with the explicit L x L computation, in float64, with left, middle and end padding."""
+    layer = LAYERS[kind](torch.float64)
+    mask = padding_masks()
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, generator=gen, dtype=torch.float64)
+    weights = torch.randn(mask.shape[0], LENGTH, EMBED, generator=gen, dtype=torch.float64)
+    results = []
+    for forward in (lambda t: layer(t, mask)[0], lambda t: REFERENCES[kind](layer, t, mask)):
+        x_in = x.clone().requires_grad_()
+        y = forward(x_in)
+        loss = (y * weights)[mask].sum()
+        results.append((y.detach(), torch.autograd.grad(loss, [x_in, *layer.parameters()])))
+    (y, grads), (y_ref, grads_ref) = results
+    torch.testing.assert_close(y[mask], y_ref[mask], atol=1e-10, rtol=1e-10)
+    assert len(grads) == 1 + len(list(layer.parameters()))
+    for got, want in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
+def test_the_reformer_reference_sees_hash_buckets() -> None:
+    """The check can fail: with the rotations changed, some bucket changes and so do outputs."""
+    layer = LAYERS["reformer"](torch.float64)
+    mask = padding_masks()
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, dtype=torch.float64)
+    with torch.no_grad():
+        y = layer(x, mask)[0]
+        layer.redraw(1)
+        assert (layer(x, mask)[0] - y)[mask].abs().max() > 1e-3
+
+
+def test_a_reformer_query_sees_at_most_c_earlier_tokens_of_its_bucket() -> None:
+    """One hash round, one bucket (every rotation the same sign): each query's window is its c
+    predecessors, so a token more than c places back cannot reach it, and one within c does."""
+    torch.manual_seed(0)
+    layer = ReformerAttention(EMBED, HEADS, 0.0, buckets=2, chunk=3, hashes=1).double().eval()
+    with torch.no_grad():
+        layer.rotations.zero_()  # every projection 0: argmax picks bucket 0 for all tokens
+    mask = torch.ones(1, LENGTH, dtype=torch.bool)
+    x = torch.randn(1, LENGTH, EMBED, dtype=torch.float64)
+    with torch.no_grad():
+        y = layer(x, mask)[0]
+        x_new = x.clone()
+        x_new[0, 2] += 5.0
+        changed = (layer(x_new, mask)[0] - y).abs().amax(-1)[0]
+    assert changed[:2].max() == 0  # before it
+    assert changed[2:6].min() > 1e-6  # itself and the 3 after it
+    assert changed[6:].max() < 1e-12  # more than c = 3 places later: out of every window
+
+
+def test_performer_features_are_orthogonal_blocks_with_gaussian_norms() -> None:
+    features = orthogonal_features(20, 8, torch.Generator().manual_seed(0)).double()
+    norms = features.norm(dim=1)
+    for start in range(0, 20, 8):
+        block = features[start : start + 8] / norms[start : start + 8, None]
+        torch.testing.assert_close(block @ block.T, torch.eye(len(block), dtype=torch.float64),
+                                   atol=1e-6, rtol=0)  # fmt: skip
+    assert norms.std() > 0.1  # chi-distributed norms, not all sqrt(d)
+    assert 0.5 * math.sqrt(8) < norms.mean() < 1.5 * math.sqrt(8)
+
+
+def test_performer_approximates_softmax_attention_with_many_features() -> None:
+    """FAVOR+ is unbiased for the softmax kernel: with many features its output is close to exact
+    causal softmax attention of the same q, k, v (and, as the check, far with few)."""
+    errors = {}
+    for features in (4, 4096):
+        torch.manual_seed(3)
+        layer = PerformerAttention(EMBED, HEADS, 0.0, features, 0).double().eval()
+        mask = torch.ones(2, LENGTH, dtype=torch.bool)
+        x = 0.3 * torch.randn(2, LENGTH, EMBED, dtype=torch.float64)
+        with torch.no_grad():
+            q, k, v = projected(layer.qkv, x, 3)
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            exact = torch.softmax(scores.masked_fill(~CAUSAL, -math.inf), -1) @ v
+            errors[features] = (layer(x, mask)[0] - finish(layer, exact)).abs().max().item()
+    assert errors[4096] < 0.02 < errors[4]
+
+
+@pytest.mark.parametrize("kind", ["performer", "reformer"])
+def test_random_state_is_in_the_state_dict_and_redrawn_from_the_step(kind: str) -> None:
+    """A layer loaded from another's state dict holds the same features or rotations and the same
+    seed, so that both redraw the same at the same step; Performer redraws every
+    performer_redraw steps (here 1000), Reformer at every step."""
+    layer, other = LAYERS[kind](seed=0), LAYERS[kind](seed=1)
+    name = "features" if kind == "performer" else "rotations"
+    assert not torch.equal(getattr(layer, name), getattr(other, name))
+    other.load_state_dict(layer.state_dict())
+    assert torch.equal(getattr(layer, name), getattr(other, name))
+    before = getattr(layer, name).clone()
+    steps = [999, 1000] if kind == "performer" else [1, 2]
+    if kind == "performer":
+        layer.redraw(steps[0])
+        assert torch.equal(getattr(layer, name), before)  # not yet
+    for step in steps:
+        layer.redraw(step)
+        other.redraw(step)
+    assert not torch.equal(getattr(layer, name), before)
+    assert torch.equal(getattr(layer, name), getattr(other, name))
