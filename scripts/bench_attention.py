@@ -1,6 +1,8 @@
 """Benchmark: one attention layer's forward + backward time and peak memory against context
-length, causal softmax attention (scaled_dot_product_attention on CUDA, written out on a CPU:
-attention.explicit_attention) against masked Primal-Attention, at the widths of the Primal
+length, for every attention of the registry (method/registry.py): causal softmax attention
+(scaled_dot_product_attention on CUDA, written out on a CPU: attention.explicit_attention), masked
+Primal-Attention and the five of the Primal paper's comparison (Linear, Reformer, Performer,
+cosFormer, Flowformer, with the settings of configs/<kind>-dt.toml), at the widths of the Primal
 paper's model (embed 256, 4 heads, rank 64) and the DT paper's (embed 128, 1 head, Primal rank
 32, the default).
 
@@ -8,7 +10,7 @@ paper's model (embed 256, 4 heads, rank 64) and the DT paper's (embed 128, 1 hea
     python scripts/bench_attention.py --device cuda --write-readme
 
 A DT window of K timesteps is 3K tokens, left-padded like training batches (a quarter of them
-padded). At each K both layers run in one fresh process, timed in alternating rounds so that a
+padded). At each K every layer runs in one fresh process, timed in alternating rounds so that a
 machine that slows down or speeds up affects both alike; on CPU each layer's peak memory (the
 process's peak resident size) is measured in a process of its own. The layers run in the
 precision training runs them in (train.precision "auto": bf16 autocast where the device multiplies
@@ -34,10 +36,11 @@ from bench_common import (
 )
 from readme_table import publish, publish_so_far
 
+from primal_dt.common.config import ModelConfig
 from primal_dt.common.device import autocast
-from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
+from primal_dt.method.registry import ATTENTIONS, attention_class, attention_label
 
-KINDS = ("softmax", "primal")
+KINDS = tuple(ATTENTIONS)
 WIDTHS = {  # label -> (embed_dim, n_head, Primal rank): the two papers' models (configs/)
     "Primal paper (embed 256, 4 heads, rank 64)": (256, 4, 64),
     "DT paper (embed 128, 1 head, rank 32)": (128, 1, 32),
@@ -45,11 +48,14 @@ WIDTHS = {  # label -> (embed_dim, n_head, Primal rank): the two papers' models 
 
 
 def make_layer(kind: str, point: dict[str, Any]) -> torch.nn.Module:
+    """The layer a model of this width builds for a block of this kind (the other settings are
+    ModelConfig's defaults, those of configs/<kind>-dt.toml)."""
     torch.manual_seed(0)
-    dim, heads, rank = point["embed_dim"], point["n_head"], point["rank"]
-    if kind == "primal":
-        return PrimalAttention(dim, heads, rank, dropout=0.0)
-    return CausalSelfAttention(dim, heads, dropout=0.0)
+    config = ModelConfig(
+        embed_dim=point["embed_dim"], n_head=point["n_head"], primal_rank=point["rank"],
+        dropout=0.0, context_len=point["k"],
+    )  # fmt: skip
+    return attention_class(kind).from_config(config)
 
 
 def make_step(layer: torch.nn.Module, point: dict[str, Any]) -> Callable[[], None]:
@@ -63,7 +69,7 @@ def make_step(layer: torch.nn.Module, point: dict[str, Any]) -> Callable[[], Non
     def step() -> None:
         with autocast("auto", device):  # what training runs (device.resolve_precision)
             y, j = layer(x, mask)
-        loss = y.float().square().mean() + (j.square().mean() if j is not None else 0.0)
+        loss = y.float().square().mean() + (j.float().mean() if j is not None else 0.0)
         loss.backward()
         x.grad = None
         layer.zero_grad(set_to_none=True)
@@ -96,31 +102,46 @@ def measure_point(point: dict[str, Any]) -> dict[str, Any]:
     return measure_speed(point) if point["measure"] == "speed" else measure_memory(point)
 
 
-def table_row(point: dict[str, Any]) -> str:
-    """Measure both layers at one point; the row from the K column on."""
-    k = point["k"]
+def measure_row(point: dict[str, Any]) -> dict[str, Any]:
+    """Every layer at one point."""
     found = measure_side_by_side(__file__, point, {kind: {"kind": kind} for kind in KINDS})
-    print(point["embed_dim"], k, found, flush=True)
+    print(point["embed_dim"], point["k"], found, flush=True)
+    return found
+
+
+def table_row(k: int, found: dict[str, Any]) -> str:
+    """The row from the K column on: each kind's milliseconds and MiB, the fastest named."""
     if "error" in found:
-        return f"| {k} | {3 * k} | {found['error']} |||||"
-    soft, primal = found["softmax"], found["primal"]
-    soft_bytes, primal_bytes = found["softmax bytes"], found["primal bytes"]
-    memory_ratio = (
-        f"{soft_bytes / max(primal_bytes, 1):.1f}x"
-        if isinstance(soft_bytes, int) and isinstance(primal_bytes, int)
-        else ""
-    )
-    return (
-        f"| {k} | {3 * k} | {soft:.1f} | {primal:.1f} | {soft / primal:.1f}x "
-        f"| {mebibytes(soft_bytes)} | {mebibytes(primal_bytes)} | {memory_ratio} |"
-    )
+        return f"| {k} | {3 * k} | {found['error']} |" + "|" * len(KINDS)
+    fastest = min(KINDS, key=lambda kind: found[kind])
+    cells = [
+        f"{'**' if kind == fastest else ''}{found[kind]:.1f}{'**' if kind == fastest else ''} "
+        f"({mebibytes(found[f'{kind} bytes'])})"
+        for kind in KINDS
+    ]
+    return f"| {k} | {3 * k} | " + " | ".join(cells) + f" | {attention_label(fastest)} |"
+
+
+def fastest_where(found: dict[tuple[str, int], dict[str, Any]]) -> str:
+    """Which attention was fastest at which K, per width, in words."""
+    sentences = []
+    for width in WIDTHS:
+        measured = {k: f for (w, k), f in found.items() if w == width and "error" not in f}
+        names = [
+            attention_label(min(KINDS, key=lambda kind, f=f: f[kind])) for f in measured.values()
+        ]
+        if not names:
+            continue
+        ranges = ", ".join(f"{name} at K = {k}" for name, k in zip(names, measured, strict=True))
+        sentences.append(f"{width}: fastest {ranges}.")
+    return " ".join(sentences)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--point", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--ks", default="20,50,100,200,500,1000,2000")
+    parser.add_argument("--ks", default="20,100,500,2000")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--write-readme", action="store_true")
@@ -131,24 +152,28 @@ def main() -> None:
     device = torch.device(args.device)
     caption = (
         f"One attention layer, forward + backward, batch {args.batch}, on {device_name(device)}, "
-        f"torch {torch.__version__}, in training's precision (median of {args.repeats}; peak "
-        f"memory above the inputs"
-        + (", process peak resident size on CPU" if device.type == "cpu" else "")
-        + "):"
+        f"torch {torch.__version__}, in training's precision: milliseconds (median of "
+        f"{args.repeats}, every kind in the same alternating rounds) and, in brackets, peak memory "
+        f"above the inputs"
+        + (" (process peak resident size, a process per kind)" if device.type == "cpu" else "")
+        + "; the fastest in bold:"
     )
+    kinds = " | ".join(attention_label(kind) for kind in KINDS)
     header = (
-        "| width | K (timesteps) | tokens | softmax ms | Primal ms | Primal speed-up | softmax MiB "
-        "| Primal MiB | memory ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        f"| width | K (timesteps) | tokens | {kinds} | fastest |\n"
+        "|---|---:|---:|" + "---:|" * len(KINDS) + "---|"
     )
     rows = []
+    found: dict[tuple[str, int], dict[str, Any]] = {}
     name = f"bench_attention_{device.type}"
     for width, (dim, heads, rank) in WIDTHS.items():
         for k in (int(k) for k in args.ks.split(",")):
             point = {"device": args.device, "k": k, "batch": args.batch, "embed_dim": dim,
                      "n_head": heads, "rank": rank, "repeats": args.repeats}  # fmt: skip
-            rows.append(f"| {width} " + table_row(point))
+            found[width, k] = measure_row(point)
+            rows.append(f"| {width} " + table_row(k, found[width, k]))
             publish_so_far(name, caption, header, rows, args.write_readme)
-    publish(name, caption, header, rows, args.write_readme)
+    publish(name, caption, header, [*rows, "", fastest_where(found)], args.write_readme)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,14 @@ def model_name(name: str, precision: str, every_token: bool = False) -> str:
     return f"{name} {precision}" + (EVERY_TOKEN if every_token else "")
 
 
+def block_overrides(blocks: str) -> list[str]:
+    """A model's attention as overrides: a model.primal_blocks value (none, last, all), or the
+    name of an attention kind for every block (method/registry.py)."""
+    if blocks in ("none", "last", "all"):
+        return [f"model.primal_blocks={json.dumps(blocks)}"]
+    return [f"model.attention={json.dumps(blocks)}", 'model.primal_blocks="none"']
+
+
 def make_trainer(
     point: dict[str, Any],
     primal_blocks: str,
@@ -115,7 +123,7 @@ def make_trainer(
     precision: str = DEFAULT_PRECISION,
 ) -> Trainer:
     overrides = [
-        f"model.primal_blocks={json.dumps(primal_blocks)}",
+        *block_overrides(primal_blocks),
         f"train.precision={json.dumps(precision)}",
         f"train.device={json.dumps(point['device'])}",
         f"train.compile={'true' if point['compile'] else 'false'}",

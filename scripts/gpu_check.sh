@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: the CUDA path checked and timed, in the order of what matters
 # most, so that a step cut short leaves the evidence of the steps before it:
-#   1. the layer and model tests, and the fast-path tests (compiled training, no host sync), on CUDA
+#   1. the layer and model tests (every attention kind), and the fast-path tests (compiled
+#      training, no host sync), on CUDA
 #   2. the training benchmark: eager and compiled (reduce-overhead), both papers' sizes, steps/s and
 #      peak memory, and the training step against the model computed at every token (the cut);
 #      its tables go into README.md as rows are measured
@@ -30,10 +31,12 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, time it, rememb
     echo "=== $name took $((SECONDS - start)) s"
     if [ -n "${OUT:-}" ]; then cp README.md "$OUT/"; fi  # on a device call: the tables so far
 }
-first=(tests/test_attention.py tests/test_model.py tests/test_performance.py)
+first=(tests/test_attention.py tests/test_efficient_attention.py tests/test_model.py
+       tests/test_performance.py)
 left_out=(--ignore=tests/test_video.py --ignore=tests/test_report.py
           --deselect tests/test_sweep.py::test_sweep_on_a_local_ray_instance
-          --deselect tests/test_sweep.py::test_sweep_resumes_and_reports)
+          --deselect tests/test_sweep.py::test_sweep_resumes_and_reports
+          --deselect tests/test_attention_kinds.py::test_the_papers_table_trains_evaluates_and_is_reported)
 if [ $dry = 1 ]; then
     device=cpu write="" tiny=(--tiny) train_steps=4 rounds=2
     attention=(--ks 20 --batch 2 --repeats 1)
@@ -43,8 +46,8 @@ if [ $dry = 1 ]; then
 else
     python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(), torch.__version__)" || exit 1
     device=cuda write="${WRITE_README---write-readme}" tiny=() train_steps=600 rounds=3
-    attention=(--batch 64 --ks 20,50,100,200,500,1000,2000)
-    context=(--ks 20,50,100,200,500)
+    attention=(--batch 64 --ks 20,100,500,2000)  # seven kinds per K
+    context=(--ks 20,100,500)
     evaluation=(--workers 8 --sequential-episodes 5)
     rest=(tests "${first[@]/#/--ignore=}")
     # The rest of the suite in 8 processes where pytest-xdist was carried (README, Performance):

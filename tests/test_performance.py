@@ -22,16 +22,29 @@ BOTH_ATTENTIONS = ('model.primal_blocks="last"',)
 COMPILE_MODES = ["default"] if DEVICE == "cpu" else ["default", "reduce-overhead"]
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+# Softmax and Primal; then the five other attentions of the paper's table, one block each.
+MODELS = {
+    "softmax-primal": BOTH_ATTENTIONS,
+    "the-others": ("model.n_layer=5", 'model.primal_blocks="none"', "model.performer_features=16",
+                   'model.attention=["linear","reformer","performer","cosformer","flowformer"]'),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model", "precision"),
+    [("softmax-primal", "fp32"), ("softmax-primal", "bf16"), ("the-others", "bf16")],
+)  # bf16: what "auto" chooses on CPUs with a bf16 unit and on GPUs
 @pytest.mark.parametrize("mode", COMPILE_MODES)
-def test_compiled_training_matches_eager(minari_root, tmp_path, mode: str, precision: str) -> None:
+def test_compiled_training_matches_eager(
+    minari_root, tmp_path, mode: str, precision: str, model: str
+) -> None:
     """Same batches, same start: the compiled model's losses and weights follow the eager one's.
     (Dropout off: compiled graphs draw their own random numbers.)"""
     runs = {}
     for compiled in (False, True):
         trainer = tiny_trainer(
             resolve_task("hopper-medium"), tmp_path / str(compiled), 3, "model.dropout=0.0",
-            *BOTH_ATTENTIONS, f"train.compile={'true' if compiled else 'false'}",
+            *MODELS[model], f"train.compile={'true' if compiled else 'false'}",
             f'train.compile_mode="{mode}"', f'train.precision="{precision}"',
         )  # fmt: skip
         assert (trainer.forward_model is trainer.model) != compiled

@@ -80,14 +80,16 @@ def step_generator(seed: int, step: int) -> torch.Generator:
 
 class Redrawn(AttentionLayer):
     """A layer whose random state is drawn from its seed and the training step: the seed travels
-    with the state dict (as extra state), the drawn tensors as buffers."""
+    with the state dict as a buffer (`draw_seed`), the drawn tensors as buffers too. The seed is
+    also kept as a Python int, read back when a state dict is loaded, so that a redraw never
+    waits for a device."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seed = new_seed()
+        self.register_buffer("draw_seed", torch.tensor(self.seed, dtype=torch.int64))
+        self.register_load_state_dict_post_hook(_read_seed)
 
-    def get_extra_state(self) -> dict[str, int]:
-        return {"seed": self.seed}
 
-    def set_extra_state(self, state: dict[str, int]) -> None:
-        self.seed = int(state["seed"])
+def _read_seed(module: nn.Module, incompatible: object) -> None:
+    module.seed = int(module.draw_seed)  # type: ignore[arg-type]
