@@ -48,7 +48,15 @@ def test_the_papers_table_trains_evaluates_and_is_reported(minari_root, tmp_path
         assert "error" not in record and record["step"] == 4, config
         summaries.append(read_run(run_dir))
     table = spectrum_table(summaries)
-    for label in ("softmax", "Primal", "Linear", "Reformer", "Performer", "cosFormer", "Flowformer"):
+    for label in (
+        "softmax",
+        "Primal",
+        "Linear",
+        "Reformer",
+        "Performer",
+        "cosFormer",
+        "Flowformer",
+    ):
         assert f"| {label} |" in table, label
     assert main(["report", str(runs)]) == 0
     report = (runs / "report" / "report.md").read_text()
@@ -124,8 +132,11 @@ def test_a_run_from_before_attention_kinds_loads_evaluates_and_resumes(
 def test_random_features_and_hashes_resume_bit_identical(minari_root, tmp_path) -> None:
     """Performer's features (redrawn every 7 steps here) and Reformer's rotations (every step)
     are drawn from the step: a run stopped and resumed ends with the bits of one never stopped."""
-    kinds = ('model.attention=["performer","reformer"]', 'model.primal_blocks="none"',
-             "model.performer_redraw=7")
+    kinds = (
+        'model.attention=["performer","reformer"]',
+        'model.primal_blocks="none"',
+        "model.performer_redraw=7",
+    )
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     train(straight, 30, *kinds)
     train(stopped, 10, *kinds)
@@ -142,7 +153,6 @@ def test_random_features_and_hashes_resume_bit_identical(minari_root, tmp_path) 
     train_a = {t: p for t, p in logged_a.items() if t.startswith("train/")}
     assert train_a == {t: p for t, p in logged_b.items() if t.startswith("train/")}
     assert [e for e in evals_b if e[0] != 10] == evals_a  # the first run's final evaluation
-
 
 
 def test_no_attention_breaks_the_compiled_graph() -> None:
@@ -175,5 +185,3 @@ def test_a_new_kind_is_one_class_and_one_registry_line(monkeypatch) -> None:
     from primal_dt.method.registry import attention_label
 
     assert attention_label("eighth") == "Eighth"
-
-

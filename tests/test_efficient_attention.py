@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from test_attention import EMBED, HEADS, LENGTH, LAYERS, padding_masks
+from test_attention import EMBED, HEADS, LAYERS, LENGTH, padding_masks
 from torch import Tensor
 
 from primal_dt.method.cosformer import CosformerAttention

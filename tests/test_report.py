@@ -19,8 +19,8 @@ from matplotlib.text import Text
 from scipy.stats import trim_mean
 
 from primal_dt.cli import main
-from primal_dt.evaluation import plots
 from primal_dt.common.resources import resource_dir
+from primal_dt.evaluation import plots
 from primal_dt.tools.report import aggregates, collect, group, paper_scores, write_report
 
 
@@ -324,7 +324,9 @@ def test_the_papers_table_is_data_beside_the_report() -> None:
         assert np.mean([row[column] for row in paper.scores.values()]) == pytest.approx(
             average, abs=0.05
         )
-    assert paper.average == dict(zip(columns, [72.2, 64.4, 63.9, 63.8, 67.8, 73.5, 77.5]))
+    assert paper.average == dict(
+        zip(columns, [72.2, 64.4, 63.9, 63.8, 67.8, 73.5, 77.5], strict=True)
+    )
     assert paper.cell("hopper-medium-replay", "dt") == "DT 79.7 ± 7.4"
     assert paper.cell("walker2d-medium-expert", "linear-dt") == "Linear 67.2 ± 27.3"
     assert paper.cell("average", "flowformer-dt") == "Flowformer 73.5 ± 2.9"

@@ -63,6 +63,7 @@ class ModelConfig:
             return [self.n_layer - 1]
         if self.primal_blocks == "all":
             return list(range(self.n_layer))
+        assert not isinstance(self.primal_blocks, str), "validate() rejects other strings"
         return sorted(set(self.primal_blocks))
 
     def block_kinds(self) -> list[str]:

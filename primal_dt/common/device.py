@@ -109,12 +109,16 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 
 
 def adamw(
-    parameters: Iterable[torch.nn.Parameter], device: torch.device, **settings: float
+    parameters: Iterable[torch.nn.Parameter],
+    device: torch.device,
+    *,
+    lr: float,
+    weight_decay: float,
 ) -> torch.optim.AdamW:
     """AdamW, fused into one kernel wherever the installed torch has it for this device (CUDA,
     and the CPU since torch 2.4), else its multi-tensor form."""
     parameters = list(parameters)
     try:
-        return torch.optim.AdamW(parameters, fused=True, **settings)
+        return torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay, fused=True)
     except RuntimeError:  # "fused=True requires all the params to be ... on a supported device"
-        return torch.optim.AdamW(parameters, **settings)
+        return torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Any, TypeAlias
 
 from tqdm.auto import tqdm
 
@@ -59,7 +59,7 @@ class LineProgress:
         self._printed_n, self._printed = self.n, now
 
 
-Progress = tqdm | LineProgress
+Progress: TypeAlias = tqdm | LineProgress
 
 
 def progress_bar(total: int, initial: int, desc: str, enabled: bool) -> Progress:

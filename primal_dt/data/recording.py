@@ -17,7 +17,7 @@ import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -25,6 +25,9 @@ from tqdm import tqdm
 
 from primal_dt.common.errors import DatasetError
 from primal_dt.data.tasks import make_env
+
+if TYPE_CHECKING:  # Stable-Baselines3 is optional ([record]); imported where a policy loads
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 
@@ -60,16 +63,21 @@ def sb3_policy(
     """
     path = Path(path)
     algorithm = sb3_algorithm(path)
+    loader: type[OffPolicyAlgorithm]  # SAC or TQC
     try:
         if algorithm == "TQC":
-            from sb3_contrib import TQC as Algorithm
+            from sb3_contrib import TQC
+
+            loader = TQC
         else:
-            from stable_baselines3 import SAC as Algorithm
+            from stable_baselines3 import SAC
+
+            loader = SAC
     except ImportError:
         raise DatasetError(
             "recording from a policy file needs pip install 'primal-dt[record]'"
         ) from None
-    model = Algorithm.load(path, device="cpu")
+    model = loader.load(path, device="cpu")
     if env_id:
         check_spaces(path, model.observation_space, model.action_space, env_id)
     if seed is not None:

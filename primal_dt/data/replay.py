@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -43,7 +43,7 @@ class EpisodeRecorder(gym.Wrapper):
                        "terminations": [], "truncations": []}  # fmt: skip
         return observation, info
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict]:
         observation, reward, terminated, truncated, info = self.env.step(action)
         assert self._steps is not None, "step() before reset()"
         for key, value in (("observations", observation), ("actions", action),

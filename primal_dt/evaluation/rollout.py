@@ -15,7 +15,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -32,7 +32,7 @@ from primal_dt.store.rundir import Snapshot, TaskRecord
 
 def make_vector(
     task: TaskRecord, num_envs: int, workers: int = 0, render: bool = False
-) -> gym.vector.VectorEnv:
+) -> gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv:
     """num_envs copies of the task's environment, with resets left to the caller (rollout resets
     each finished slot with the seed of its next episode); with render, drawing RGB frames.
 
@@ -132,7 +132,7 @@ def rollout(
     with evaluating(model), closing(envs):
         obs, _ = envs.reset(seed=[job.seed for job in jobs[:slots]])
         if on_frame is not None:
-            on_frame(envs.render()[0])
+            on_frame(first_frame(envs))
         job_of = np.arange(slots)  # the job each slot runs; -1 once there are none left
         next_job = slots
         t = torch.zeros(slots, dtype=torch.long, device=device)
@@ -144,7 +144,9 @@ def rollout(
         returns = np.zeros(len(jobs))
         lengths = np.zeros(len(jobs), dtype=np.int64)
         positions = torch.arange(k, device=device)
-        low, high = envs.single_action_space.low, envs.single_action_space.high
+        space = envs.single_action_space
+        assert isinstance(space, gym.spaces.Box), "the policy's tanh head acts in a box"
+        low, high = space.low, space.high
         while (job_of >= 0).any():
             # Slide every window one step left and put the new step in its last row.
             states, actions, rtg = states.roll(-1, 1), actions.roll(-1, 1), rtg.roll(-1, 1)
@@ -161,7 +163,7 @@ def rollout(
                 np.clip(action.cpu().numpy(), low, high)
             )
             if on_frame is not None:
-                on_frame(envs.render()[0])
+                on_frame(first_frame(envs))
             running = job_of >= 0
             returns[job_of[running]] += reward[running]
             lengths[job_of[running]] += 1
@@ -181,6 +183,13 @@ def rollout(
             reset = torch.as_tensor(done, device=device)
             states[reset], actions[reset], rtg[reset], t[reset] = 0.0, 0.0, 0.0, 0
     return returns, lengths
+
+
+def first_frame(envs: gym.vector.VectorEnv) -> np.ndarray:
+    """The first slot's frame of a vector environment made with render (rgb_array mode)."""
+    frames = envs.render()
+    assert frames is not None, "rendering needs an environment made with render=True"
+    return cast(np.ndarray, frames[0])  # gymnasium types a frame as any render mode's
 
 
 def make_jobs(targets: tuple[float, ...] | list[float], episodes: int, seed: int) -> list[Job]:

@@ -37,6 +37,7 @@ from primal_dt.evaluation.rollout import (
     plan_evaluation,
 )
 from primal_dt.evaluation.video import gif_summary, read_frames, video_target_and_seed
+from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.results import EvalRecord, append_result, describe, read_results
 from primal_dt.store.rundir import (
     RunDir,
@@ -121,7 +122,7 @@ class Evaluator:
         append_result(self.run, record)
         return record
 
-    def _log_spectrum(self, snapshot: Snapshot, model: torch.nn.Module) -> None:
+    def _log_spectrum(self, snapshot: Snapshot, model: DecisionTransformer) -> None:
         """The snapshot's attention spectrum as TensorBoard images (spectrum.py). Optional: when
         it cannot be computed (no matplotlib, dataset not on this machine) only it is missing."""
         from primal_dt.evaluation.spectrum import log_spectrum

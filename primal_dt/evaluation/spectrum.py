@@ -16,14 +16,14 @@ They come from the training data: they are fixed, not held out.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from primal_dt.data.episodes import Batch, WindowSampler, load_task_data
-from primal_dt.method.model import DecisionTransformer, evaluating
+from primal_dt.method.model import Block, DecisionTransformer, evaluating
 from primal_dt.method.registry import attention_label
 from primal_dt.store.rundir import RunDir, Snapshot, atomic_write
 
@@ -70,7 +70,8 @@ def attention_spectra(model: DecisionTransformer, windows: Batch) -> list[np.nda
 
         return hook
 
-    hooks = [block.attn.register_forward_hook(keep(i)) for i, block in enumerate(model.blocks)]
+    blocks = [cast(Block, block) for block in model.blocks]  # an nn.ModuleList yields Modules
+    hooks = [block.attn.register_forward_hook(keep(i)) for i, block in enumerate(blocks)]
     try:
         with evaluating(model):
             model(

@@ -127,9 +127,12 @@ def read_frames(path: Path, every: int = 1) -> tuple[list[np.ndarray], float]:
     """Every `every`-th frame of an MP4 file, and the frame rate that keeps them in real time."""
     import imageio
 
-    with imageio.get_reader(path) as reader:
+    # Not `with ... as reader` nor `for frame in reader`: imageio's stubs type __enter__ as the
+    # base class and __iter__ as one array; iterating a reader is iter_data().
+    reader = imageio.get_reader(path)
+    with reader:
         fps = float(reader.get_meta_data()["fps"])
-        return [frame for i, frame in enumerate(reader) if i % every == 0], fps / every
+        return [frame for i, frame in enumerate(reader.iter_data()) if i % every == 0], fps / every
 
 
 def gif_summary(tag: str, frames: list[np.ndarray], fps: float) -> Any:

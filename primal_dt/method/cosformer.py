@@ -43,7 +43,9 @@ class CosformerAttention(AttentionLayer):
         super().__init__()
         check_arguments(type(self).__name__, embed_dim, n_head, dropout)
         if max_length <= 0:
-            raise ValueError(f"{type(self).__name__}: max_length must be positive, got {max_length}")
+            raise ValueError(
+                f"{type(self).__name__}: max_length must be positive, got {max_length}"
+            )
         self.n_head = n_head
         self.max_length = max_length
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim)

@@ -84,6 +84,8 @@ class Redrawn(AttentionLayer):
     also kept as a Python int, read back when a state dict is loaded, so that a redraw never
     waits for a device."""
 
+    draw_seed: Tensor
+
     def __init__(self) -> None:
         super().__init__()
         self.seed = new_seed()
@@ -92,4 +94,5 @@ class Redrawn(AttentionLayer):
 
 
 def _read_seed(module: nn.Module, incompatible: object) -> None:
-    module.seed = int(module.draw_seed)  # type: ignore[arg-type]
+    assert isinstance(module, Redrawn)  # registered on Redrawn layers alone
+    module.seed = int(module.draw_seed)

@@ -79,8 +79,9 @@ class DecisionTransformer(nn.Module):
         self.embed_action = nn.Linear(act_dim, dim)
         self.embed_ln = nn.LayerNorm(dim)
         self.drop = Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, kind) for kind in config.block_kinds())
-        readers = [i for i, b in enumerate(self.blocks) if b.attn.reads_every_token]
+        blocks = [Block(config, kind) for kind in config.block_kinds()]
+        self.blocks = nn.ModuleList(blocks)
+        readers = [i for i, block in enumerate(blocks) if block.attn.reads_every_token]
         self.last_action_read_until = max(readers, default=-1)  # the last block that reads a_K
         self.ln_f = nn.LayerNorm(dim)
         self.predict_action = nn.Sequential(nn.Linear(dim, act_dim), nn.Tanh())
@@ -140,8 +141,9 @@ class DecisionTransformer(nn.Module):
 
     def redraw(self, step: int) -> None:
         """Each attention's random state for training step `step` (layer.py), before its forward."""
-        for block in self.blocks:
-            block.attn.redraw(step)
+        for module in self.modules():
+            if isinstance(module, AttentionLayer):
+                module.redraw(step)
 
     def act(
         self, states: Tensor, actions: Tensor, returns_to_go: Tensor, timesteps: Tensor,

@@ -64,6 +64,7 @@ class PerformerAttention(Redrawn):
     """Causal FAVOR+ attention, steps R1-R5 of the module docstring."""
 
     label = "Performer"
+    features: Tensor  # W (m, d), a buffer
 
     def __init__(
         self, embed_dim: int, n_head: int, dropout: float, features: int, redraw_every: int
@@ -96,8 +97,7 @@ class PerformerAttention(Redrawn):
 
     def redraw(self, step: int) -> None:
         if self.redraw_every and step > 0 and step % self.redraw_every == 0:
-            features: Tensor = self.features
-            features.copy_(self._draw(step, features.shape[1]))
+            self.features.copy_(self._draw(step, self.features.shape[1]))
 
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True

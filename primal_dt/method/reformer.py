@@ -65,6 +65,7 @@ class ReformerAttention(Redrawn):
     """Causal LSH attention, steps H1-H6 of the module docstring."""
 
     label = "Reformer"
+    rotations: Tensor  # (n_r, H, d, b/2), a buffer
 
     def __init__(
         self, embed_dim: int, n_head: int, dropout: float, buckets: int, chunk: int, hashes: int
@@ -98,8 +99,7 @@ class ReformerAttention(Redrawn):
 
     def redraw(self, step: int) -> None:
         if step > 0:
-            rotations: Tensor = self.rotations
-            rotations.copy_(self._draw(step))
+            self.rotations.copy_(self._draw(step))
 
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True

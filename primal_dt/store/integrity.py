@@ -60,7 +60,7 @@ def _feed(digest: _Crc, value: Any) -> None:
     if isinstance(value, torch.Tensor):
         tensor = value.detach().cpu().contiguous()
         digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
-        digest.update(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().data)  # a memoryview
     elif isinstance(value, dict):
         digest.update(b"D%d" % len(value))
         for key in sorted(value, key=repr):

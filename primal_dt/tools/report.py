@@ -31,7 +31,7 @@ from __future__ import annotations
 import csv
 import sys
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -473,7 +473,8 @@ def aggregate_figures(found: list[Aggregate], out: Path) -> list[tuple[Path, str
     runs = sum(agg.scores.size for agg in found)
     counts = "; ".join(f"{agg.config}: {agg.runs}" for agg in found)
     bootstrap = f"{BOOTSTRAP_REPS} resamples, seed {BOOTSTRAP_SEED}"
-    points = {agg.config: agg.points for agg in found}
+    # Each config's points as a list (of the same numpy floats): interval_figure reads a Sequence.
+    points: dict[str, Sequence[float]] = {agg.config: list(agg.points) for agg in found}
     intervals = {agg.config: agg.intervals for agg in found}
     some = any(agg.intervals is not None for agg in found)
     title = "normalised final score over tasks: point estimates" + " and 95% CIs" * some
@@ -687,37 +688,50 @@ def spectrum_table(summaries: list[RunSummary]) -> str:
 def figures(summaries: list[RunSummary], out: Path) -> list[Path]:
     """curves_<task>.png, return_curve_<task>.png (where runs have a target sweep) and
     spectrum_<task>.png for every task."""
-    from primal_dt.evaluation.plots import conditioning_figure, curves_figure, save, spectra_figure
+    from primal_dt.evaluation.plots import (
+        Series,
+        conditioning_figure,
+        curves_figure,
+        save,
+        spectra_figure,
+    )
 
     written = []
     for task in _unique(sorted(r.task for r in summaries)):
         mine = sorted((r for r in summaries if r.task == task), key=lambda r: (r.config, r.seed))
         configs = _unique([r.config for r in mine])
-        scores = {c: [r.scores for r in mine if r.config == c] for c in configs}
-        ksvd = {c: [r.ksvd for r in mine if r.config == c and "primal" in r.block_kinds]
-                for c in configs}  # fmt: skip
+        scores: dict[str, list[Series]] = {
+            c: [r.scores for r in mine if r.config == c] for c in configs
+        }
+        ksvd: dict[str, list[Series]] = {
+            c: [r.ksvd for r in mine if r.config == c and "primal" in r.block_kinds]
+            for c in configs
+        }
         label = "normalised score" if all(r.normalized for r in mine) else "score (return)"
         figure = curves_figure(task, scores, ksvd, label)
         written.append(save(figure, out / f"curves_{safe_name(task)}.png"))
-        with_curves = [r for r in mine if r.curve is not None]
+        # (config, curve) pairs, so that the curves are known not to be None
+        with_curves = [(r.config, r.curve) for r in mine if r.curve is not None]
         if with_curves:
-            panels = {c: [curve_points(r.curve) for r in with_curves if r.config == c]
-                      for c in configs if any(r.config == c for r in with_curves)}  # fmt: skip
-            reference = with_curves[0].curve.reference
+            panels = {c: [curve_points(curve) for name, curve in with_curves if name == c]
+                      for c in configs if any(name == c for name, _ in with_curves)}  # fmt: skip
+            reference = with_curves[0][1].reference
             title = f"{task}: achieved against target return"
             figure = conditioning_figure(panels, title, reference)
             written.append(save(figure, out / f"return_curve_{safe_name(task)}.png"))
-        with_spectra = [r for r in mine if r.spectra]
+        # (run, spectra) pairs, so that the spectra are known not to be None
+        with_spectra = [(r, r.spectra) for r in mine if r.spectra]
         if not with_spectra:
             continue
         blocks = []
-        for block in range(max(len(r.spectra) for r in with_spectra)):
+        for block in range(max(len(spectra) for _, spectra in with_spectra)):
             curves = {}
             for config in configs:
-                here = [r for r in with_spectra if r.config == config and block < len(r.spectra)]
+                here = [(r, spectra) for r, spectra in with_spectra
+                        if r.config == config and block < len(spectra)]  # fmt: skip
                 if here:
-                    kind = attention_label(here[0].block_kinds[block])
-                    curves[f"{config} ({kind})"] = [r.spectra[block] for r in here]
+                    kind = attention_label(here[0][0].block_kinds[block])
+                    curves[f"{config} ({kind})"] = [spectra[block] for _, spectra in here]
             blocks.append((f"block {block}", curves))
         written.append(save(spectra_figure(task, blocks), out / f"spectrum_{safe_name(task)}.png"))
     return written

@@ -25,6 +25,7 @@ every run with a checkpoint saved; the same command then resumes them.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -360,7 +361,7 @@ def ray_cluster(address: str | None) -> Iterator[Any]:
     connected = ray.is_initialized()
     if not connected:
         try:
-            ray.init(address=address, log_to_driver=False, logging_level="warning")
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, ValueError) as err:
             raise SweepError(
                 f"cannot connect to the Ray cluster at {address}: {first_line(err)}"

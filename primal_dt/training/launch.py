@@ -49,10 +49,10 @@ def read_resumable(run: RunDir, rollback: Path | None) -> Snapshot:
     to. A checkpoint that cannot be read is an error that says how to start from another one."""
     if rollback is not None:
         if not rollback.is_file() or rollback.resolve().parent != run.checkpoints.resolve():
-            kept = ", ".join(map(str, run.saved_checkpoints())) or "none"
+            listed = ", ".join(map(str, run.saved_checkpoints())) or "none"
             raise ConfigError(
                 f"--from takes one of {run}'s kept checkpoints ({run.checkpoints}/step_N.pt: "
-                f"{kept}), not {rollback}"
+                f"{listed}), not {rollback}"
             )
         return read_snapshot(rollback)
     try:

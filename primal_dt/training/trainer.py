@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
@@ -93,8 +94,8 @@ class Trainer:
     # checkpoints so a run stopped between two logs logs the same averages after resuming.
     pending: Metrics = field(default_factory=dict)
     pending_count: int = 0
-    # The module the training step calls: the model, or its torch.compile'd wrapper.
-    forward_model: torch.nn.Module | None = None
+    # What the training step calls: the model, or its torch.compile'd wrapper (None: the model).
+    forward_model: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __post_init__(self) -> None:
         self.locks = [RunLock(self.run_dir, "train"), *self.evaluator.locks]
@@ -203,6 +204,7 @@ class Trainer:
         auxiliary loss is Primal's KSVD loss (model.py), logged as train/ksvd_loss."""
         cfg = self.config.train
         self.model.redraw(self.step)  # random features and hashes: a function of the step
+        assert self.forward_model is not None  # __post_init__ set it
         with autocast(cfg.precision, self.device):
             predicted, aux = self.forward_model(
                 batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask
@@ -249,15 +251,15 @@ class Trainer:
                 self.accumulate(self.train_step(self.sampler.sample(cfg.batch_size)))
                 self.step += 1
                 bar.update(1)
-                final = self.step == cfg.steps
-                if self.step % cfg.log_every == 0 or final:
+                last = self.step == cfg.steps
+                if self.step % cfg.log_every == 0 or last:
                     tick = self._log(writer, bar, tick)
                     self.evaluator.collect(say)
-                if final and self.config.eval.final_episodes:
+                if last and self.config.eval.final_episodes:
                     self._evaluate(final=True)
                 elif cfg.eval_every and self.step % cfg.eval_every == 0:
                     self._evaluate(final=False)
-                if self.step % cfg.ckpt_every == 0 or final or stop.signum is not None:
+                if self.step % cfg.ckpt_every == 0 or last or stop.signum is not None:
                     self.save()
                 if stop.signum is not None:
                     raise self._interrupted(stop.signum)
@@ -288,7 +290,8 @@ class Trainer:
             write_hparams(writer, self.data.task.name, self.config)
             writer.add_custom_scalars(run_layout())
         bar = progress_bar(self.config.train.steps, self.step, self.data.task.name, progress)
-        return writer, stack.enter_context(bar)
+        stack.enter_context(bar)  # returns the bar itself, typed as the join of its two kinds
+        return writer, bar
 
     def _log(self, writer: SummaryWriter, bar: Progress, tick: float) -> float:
         """The mean of each metric since the last log to TensorBoard and the bar; returns the
