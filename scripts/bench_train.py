@@ -178,7 +178,11 @@ def matrix_product_rate(trainer: Trainer, repeats: int = 20) -> float:
         trainer.train_step(trainer.sampler.sample(trainer.config.train.batch_size))
 
     def tensor(spec: TensorSpec) -> torch.Tensor:
-        return torch.empty_strided(*spec[:2], dtype=spec.dtype, device=trainer.device).normal_()
+        """Random values laid out as the recorded tensor, broadcast (stride 0) ones included."""
+        size, stride = spec[:2]
+        storage = 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True) if n > 0)
+        values = torch.randn(storage, dtype=spec.dtype, device=trainer.device)
+        return values.as_strided(size, stride)
 
     replays = [
         (func, [tensor(a) if isinstance(a, TensorSpec) else a for a in spec])

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from test_attention import EMBED, HEADS, LAYERS, LENGTH, padding_masks
 from torch import Tensor
 
+from primal_dt.method import causal_linear
 from primal_dt.method.cosformer import CosformerAttention
 from primal_dt.method.flowformer import FlowAttention
 from primal_dt.method.linear_attention import LinearAttention
@@ -130,10 +131,13 @@ REFERENCES: dict[str, Callable[..., Tensor]] = {
 }
 
 
+@pytest.mark.parametrize("chunk", [4, causal_linear.CHUNK], ids=["chunks-of-4", "one-chunk"])
 @pytest.mark.parametrize("kind", REFERENCES)
-def test_attention_matches_its_explicit_reference(kind: str) -> None:
+def test_attention_matches_its_explicit_reference(kind: str, chunk: int, monkeypatch) -> None:
     """Outputs at real tokens and the gradients of a loss over them (input and every parameter)
-    agree with the explicit L x L computation, in float64, with left, middle and end padding."""
+    agree with the explicit L x L computation, in float64, with left, middle and end padding;
+    the LENGTH tokens in one chunk and across chunks of 4 (causal_linear.py)."""
+    monkeypatch.setattr(causal_linear, "CHUNK", chunk)
     layer = LAYERS[kind](torch.float64)
     mask = padding_masks()
     gen = torch.Generator().manual_seed(11)
@@ -150,6 +154,30 @@ def test_attention_matches_its_explicit_reference(kind: str) -> None:
     assert len(grads) == 1 + len(list(layer.parameters()))
     for got, want in zip(grads, grads_ref, strict=True):
         torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("length", [5, 16, 37])
+def test_chunked_prefix_sums_match_the_explicit_sums(length: int, monkeypatch) -> None:
+    """causal_linear.py in chunks of 4 against the masked L x L products, with key weights far
+    apart (exp(50 x) would overflow without the running maximum) and weights of -inf (padding)."""
+    monkeypatch.setattr(causal_linear, "CHUNK", 4)
+    gen = torch.Generator().manual_seed(length)
+    q, k = (torch.rand(2, 3, length, 4, generator=gen, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, 3, length, 5, generator=gen, dtype=torch.float64)
+    products = (q @ k.transpose(-2, -1)).tril()
+    torch.testing.assert_close(
+        causal_linear.causal_linear_attention(q, k, v), products @ v, atol=1e-12, rtol=0
+    )
+    weights = 50 * torch.randn(2, 3, length, generator=gen, dtype=torch.float64)
+    weights[0, 0, : length // 2] = -math.inf
+    weights[1, 1, 1:3] = -math.inf
+    out, running = causal_linear.weighted_causal_linear_attention(q, k, v, weights)
+    assert torch.equal(running, torch.cummax(weights, dim=2).values)
+    relative = (weights[..., None, :] - running[..., :, None]).nan_to_num(nan=-math.inf)
+    expected = (products * torch.exp(relative).tril()) @ v
+    expected = torch.where(torch.isfinite(running)[..., None], expected, 0.0)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-12)
 
 
 def test_the_reformer_reference_sees_hash_buckets() -> None:
