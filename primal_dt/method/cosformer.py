@@ -23,34 +23,26 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from primal_dt.common.config import ModelConfig
-from primal_dt.method.attention import check_arguments
-from primal_dt.method.causal_linear import causal_linear_attention
-from primal_dt.method.dropout import Dropout
-from primal_dt.method.layer import AttentionLayer, at_rows, merge_heads, split_heads
+from primal_dt.method.causal_linear import ProjectedAttention, causal_linear_attention
 
 EPS = 1e-6
 
 
-class CosformerAttention(AttentionLayer):
+class CosformerAttention(ProjectedAttention):
     """Causal cosFormer attention, steps C1-C4 of the module docstring; max_length is M."""
 
     label = "cosFormer"
 
     def __init__(self, embed_dim: int, n_head: int, dropout: float, max_length: int) -> None:
-        super().__init__()
-        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
+        super().__init__(embed_dim, n_head, dropout)
         if max_length <= 0:
             raise ValueError(
                 f"{type(self).__name__}: max_length must be positive, got {max_length}"
             )
-        self.n_head = n_head
         self.max_length = max_length
-        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
-        self.proj = nn.Linear(embed_dim, embed_dim)
-        self.resid_dropout = Dropout(dropout)
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> CosformerAttention:
@@ -64,7 +56,7 @@ class CosformerAttention(AttentionLayer):
             raise ValueError(
                 f"{type(self).__name__}: {length} tokens, more than its M = {self.max_length}"
             )
-        q, k, v = (split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = self.heads(x)
         positions = torch.arange(1, length + 1, device=x.device, dtype=torch.float64)
         angle = positions * (math.pi / (2 * self.max_length))
         cos, sin = (f(angle)[:, None].to(q.dtype) for f in (torch.cos, torch.sin))
@@ -74,4 +66,4 @@ class CosformerAttention(AttentionLayer):
         ones = torch.ones_like(v[..., :1])
         out = causal_linear_attention(features_q, features_k, torch.cat((v, ones), dim=-1))
         y = out[..., :-1] / out[..., -1:].clamp_min(EPS)
-        return self.resid_dropout(self.proj(at_rows(merge_heads(y), rows))), None
+        return self.output(y, rows), None

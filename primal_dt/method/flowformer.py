@@ -27,13 +27,9 @@ value sums are bf16 products).
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from primal_dt.common.config import ModelConfig
-from primal_dt.method.attention import check_arguments
-from primal_dt.method.causal_linear import causal_linear_attention
-from primal_dt.method.dropout import Dropout
-from primal_dt.method.layer import AttentionLayer, at_rows, merge_heads, split_heads
+from primal_dt.method.causal_linear import ProjectedAttention, causal_linear_attention
 
 EPS = 1e-6
 CLIP = 10.0
@@ -60,27 +56,15 @@ def flows(queries: Tensor, keys: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, 
     return to_sink, allocation, competition
 
 
-class FlowAttention(AttentionLayer):
+class FlowAttention(ProjectedAttention):
     """Causal Flow-Attention, steps F1-F5 of the module docstring."""
 
     label = "Flowformer"
 
-    def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
-        super().__init__()
-        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
-        self.n_head = n_head
-        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
-        self.proj = nn.Linear(embed_dim, embed_dim)
-        self.resid_dropout = Dropout(dropout)
-
-    @classmethod
-    def from_config(cls, config: ModelConfig) -> FlowAttention:
-        return cls(config.embed_dim, config.n_head, config.dropout)
-
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, None]:
-        q, k, v = (split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = self.heads(x)
         flow_dtype = torch.promote_types(q.dtype, torch.float32)
         real = mask[:, None, :, None].to(flow_dtype)
         queries = torch.sigmoid(q.to(flow_dtype)) * real
@@ -92,5 +76,4 @@ class FlowAttention(AttentionLayer):
             keys.to(dtype),
             v * competition[..., None].to(dtype),
         )
-        y = y * allocation[..., None].to(dtype)
-        return self.resid_dropout(self.proj(at_rows(merge_heads(y), rows))), None
+        return self.output(y * allocation[..., None].to(dtype), rows), None

@@ -16,13 +16,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from primal_dt.common.config import ModelConfig
-from primal_dt.method.attention import check_arguments
-from primal_dt.method.causal_linear import causal_linear_attention
-from primal_dt.method.dropout import Dropout
-from primal_dt.method.layer import AttentionLayer, at_rows, merge_heads, split_heads
+from primal_dt.method.causal_linear import ProjectedAttention, causal_linear_attention
 
 EPS = 1e-6
 
@@ -35,27 +31,14 @@ def normalised_linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float) -> 
     return out[..., :-1] / (out[..., -1:] + eps)
 
 
-class LinearAttention(AttentionLayer):
+class LinearAttention(ProjectedAttention):
     """Causal linear attention, steps L1-L3 of the module docstring."""
 
     label = "Linear"
 
-    def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
-        super().__init__()
-        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
-        self.n_head = n_head
-        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
-        self.proj = nn.Linear(embed_dim, embed_dim)
-        self.resid_dropout = Dropout(dropout)
-
-    @classmethod
-    def from_config(cls, config: ModelConfig) -> LinearAttention:
-        return cls(config.embed_dim, config.n_head, config.dropout)
-
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, None]:
-        q, k, v = (split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = self.heads(x)
         keys = (F.elu(k) + 1.0) * mask[:, None, :, None].to(k.dtype)
-        y = normalised_linear_attention(F.elu(q) + 1.0, keys, v, EPS)
-        return self.resid_dropout(self.proj(at_rows(merge_heads(y), rows))), None
+        return self.output(normalised_linear_attention(F.elu(q) + 1.0, keys, v, EPS), rows), None
