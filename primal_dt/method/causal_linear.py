@@ -102,6 +102,21 @@ def weighted_causal_linear_attention(
     return out.flatten(2, 3)[:, :, :length], running
 
 
+def sums_and_normaliser(
+    q: Tensor, k: Tensor, v: Tensor, log_weights: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """sum_{j <= i} (q_i . k_j) v_j and sum_{j <= i} q_i . k_j, (B, H, L, E) and (B, H, L, 1), from
+    one pass with the normaliser as a column of ones; with log_weights, the weighted sums of
+    weighted_causal_linear_attention (each relative to the same running maximum). Each kind
+    divides them as its paper does."""
+    values = torch.cat((v, torch.ones_like(v[..., :1])), dim=-1)
+    if log_weights is None:
+        out = causal_linear_attention(q, k, values)
+    else:
+        out, _ = weighted_causal_linear_attention(q, k, values, log_weights)
+    return out[..., :-1], out[..., -1:]
+
+
 class ProjectedAttention(AttentionLayer):
     """What the linear-cost kinds share around their prefix sums: q, k, v from one projection,
     split into heads, and after them the heads merged (at the rows asked for), the output

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from primal_dt.common.config import ModelConfig
-from primal_dt.method.causal_linear import ProjectedAttention, causal_linear_attention
+from primal_dt.method.causal_linear import ProjectedAttention, sums_and_normaliser
 
 EPS = 1e-6
 
@@ -63,7 +63,5 @@ class CosformerAttention(ProjectedAttention):
         q, k = F.relu(q), F.relu(k) * mask[:, None, :, None].to(k.dtype)
         features_q = torch.cat((q * cos, q * sin), dim=-1)
         features_k = torch.cat((k * cos, k * sin), dim=-1)
-        ones = torch.ones_like(v[..., :1])
-        out = causal_linear_attention(features_q, features_k, torch.cat((v, ones), dim=-1))
-        y = out[..., :-1] / out[..., -1:].clamp_min(EPS)
-        return self.output(y, rows), None
+        sums, normaliser = sums_and_normaliser(features_q, features_k, v)
+        return self.output(sums / normaliser.clamp_min(EPS), rows), None

@@ -14,21 +14,12 @@ scale. There the padding mask is a length mask (right padding); here any 0/1 mas
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from primal_dt.method.causal_linear import ProjectedAttention, causal_linear_attention
+from primal_dt.method.causal_linear import ProjectedAttention, sums_and_normaliser
 
 EPS = 1e-6
-
-
-def normalised_linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float) -> Tensor:
-    """sum_{j<=i} (q_i . k_j) v_j / (sum_{j<=i} q_i . k_j + eps), features q, k already masked:
-    the value sums and the normaliser from one pass, the normaliser as a column of ones."""
-    ones = torch.ones_like(v[..., :1])
-    out = causal_linear_attention(q, k, torch.cat((v, ones), dim=-1))
-    return out[..., :-1] / (out[..., -1:] + eps)
 
 
 class LinearAttention(ProjectedAttention):
@@ -41,4 +32,5 @@ class LinearAttention(ProjectedAttention):
     ) -> tuple[Tensor, None]:
         q, k, v = self.heads(x)
         keys = (F.elu(k) + 1.0) * mask[:, None, :, None].to(k.dtype)
-        return self.output(normalised_linear_attention(F.elu(q) + 1.0, keys, v, EPS), rows), None
+        sums, normaliser = sums_and_normaliser(F.elu(q) + 1.0, keys, v)
+        return self.output(sums / (normaliser + EPS), rows), None

@@ -31,13 +31,11 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from primal_dt.common.config import ModelConfig
-from primal_dt.method.attention import check_arguments
-from primal_dt.method.causal_linear import weighted_causal_linear_attention
-from primal_dt.method.dropout import Dropout
-from primal_dt.method.layer import Redrawn, at_rows, merge_heads, split_heads, step_generator
+from primal_dt.method.causal_linear import ProjectedAttention, sums_and_normaliser
+from primal_dt.method.layer import Redrawn, step_generator
 
 
 def orthogonal_features(m: int, d: int, generator: torch.Generator) -> Tensor:
@@ -60,7 +58,7 @@ def exponents(x: Tensor, features: Tensor) -> Tensor:
         return scaled @ features.to(dtype).T - 0.5 * scaled.square().sum(dim=-1, keepdim=True)
 
 
-class PerformerAttention(Redrawn):
+class PerformerAttention(ProjectedAttention, Redrawn):
     """Causal FAVOR+ attention, steps R1-R5 of the module docstring."""
 
     label = "Performer"
@@ -69,19 +67,14 @@ class PerformerAttention(Redrawn):
     def __init__(
         self, embed_dim: int, n_head: int, dropout: float, features: int, redraw_every: int
     ) -> None:
-        super().__init__()
-        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
+        super().__init__(embed_dim, n_head, dropout)  # the seed first (Redrawn), then q, k, v
         if features <= 0 or redraw_every < 0:
             raise ValueError(
                 f"{type(self).__name__}: features must be positive and redraw_every >= 0, got "
                 f"{features} and {redraw_every}"
             )
-        self.n_head = n_head
         self.num_features = features
         self.redraw_every = redraw_every
-        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
-        self.proj = nn.Linear(embed_dim, embed_dim)
-        self.resid_dropout = Dropout(dropout)
         head_dim = embed_dim // n_head
         self.register_buffer("features", self._draw(0, head_dim))
 
@@ -102,17 +95,13 @@ class PerformerAttention(Redrawn):
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, None]:
-        q, k, v = (split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = self.heads(x)
         query_exp, key_exp = exponents(q, self.features), exponents(k, self.features)
         query = torch.exp(query_exp - query_exp.amax(dim=-1, keepdim=True)).to(v.dtype)
         key_max = key_exp.amax(dim=-1)  # s_j
         key = torch.exp(key_exp - key_max[..., None]).to(v.dtype)
         log_weights = key_max.masked_fill(~mask[:, None, :].bool(), float("-inf"))
-        ones = torch.ones_like(v[..., :1])
-        out, _ = weighted_causal_linear_attention(
-            query, key, torch.cat((v, ones), dim=-1), log_weights
-        )
+        sums, normaliser = sums_and_normaliser(query, key, v, log_weights)
         # A query with no real key yet (padding) has sums of 0: its output is 0, its gradient too.
-        total = out[..., -1:]
-        y = out[..., :-1] / torch.where(total > 0, total, 1.0)
-        return self.resid_dropout(self.proj(at_rows(merge_heads(y), rows))), None
+        y = sums / torch.where(normaliser > 0, normaliser, 1.0)
+        return self.output(y, rows), None
