@@ -290,7 +290,7 @@ def _train_epilog() -> str:
     return (
         f"tasks: <env>-<quality>, env one of {envs}; quality one of simple, medium, expert, "
         f"medium-expert, or one made locally or bundled (primal-dt datasets list shows them, "
-        f"e.g. hopper-bundled)\nconfigs: {configs} (configs/*.toml), or a .toml file"
+        f"e.g. hopper-bundled)\nconfigs: {configs} (the files of configs/), or a .toml file"
     )
 
 

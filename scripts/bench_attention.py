@@ -7,7 +7,7 @@ paper's model (embed 256, 4 heads, rank 64) and the DT paper's (embed 128, 1 hea
 32, the default).
 
     python scripts/bench_attention.py                         # CPU, K = 20 ... 2000 timesteps
-    python scripts/bench_attention.py --device cuda --write-readme
+    python scripts/bench_attention.py --device cuda --write-docs
 
 A DT window of K timesteps is 3K tokens, left-padded like training batches (a quarter of them
 padded). At each K every layer runs in one fresh process, timed in alternating rounds so that a
@@ -34,7 +34,7 @@ from bench_common import (
     reset_peak_memory,
     time_alternately,
 )
-from readme_table import publish, publish_so_far
+from doc_tables import publish, publish_so_far
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.common.device import autocast
@@ -144,7 +144,7 @@ def main() -> None:
     parser.add_argument("--ks", default="20,100,500,2000")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     if args.point:
         print(json.dumps(measure_point(json.loads(args.point))))
@@ -172,8 +172,8 @@ def main() -> None:
                      "n_head": heads, "rank": rank, "repeats": args.repeats}  # fmt: skip
             found[width, k] = measure_row(point)
             rows.append(f"| {width} " + table_row(k, found[width, k]))
-            publish_so_far(name, caption, header, rows, args.write_readme)
-    publish(name, caption, header, [*rows, "", fastest_where(found)], args.write_readme)
+            publish_so_far(name, caption, header, rows, args.write_docs)
+    publish(name, caption, header, [*rows, "", fastest_where(found)], args.write_docs)
 
 
 if __name__ == "__main__":

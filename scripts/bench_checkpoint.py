@@ -1,7 +1,7 @@
 """Benchmark: what a checkpoint's digest costs (primal_dt/store/integrity.py), on a save and on a
 load, at both papers' sizes, measured side by side in alternating rounds.
 
-    python scripts/bench_checkpoint.py [--rounds 10] [--write-readme]
+    python scripts/bench_checkpoint.py [--rounds 10] [--write-docs]
 
 Each size's checkpoint is a real one: the Snapshot (weights, AdamW state, sampler and RNG states,
 settings) of bench_train.py's trainer after a few training steps. A save is write_snapshot's
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from bench_common import device_name
 from bench_train import SIZES, make_trainer
-from readme_table import publish
+from doc_tables import publish
 
 from primal_dt.store.integrity import damaged_parts, seal
 from primal_dt.store.rundir import atomic_write, payload_of
@@ -60,7 +60,7 @@ def measure(config: str, rounds: int, folder: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     rows = []
     for label, (config, _) in SIZES.items():
@@ -83,7 +83,7 @@ def main() -> None:
         "| size | MiB | save ms | save with digest ms | ratio | load ms | load and verify ms "
         "| ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|"
     )
-    publish("bench-checkpoint", caption, header, rows, args.write_readme)
+    publish("bench-checkpoint", caption, header, rows, args.write_docs)
 
 
 if __name__ == "__main__":

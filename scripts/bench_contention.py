@@ -2,8 +2,8 @@
 thread policy (primal_dt/common/cpu.py), measured side by side in one run.
 
     python scripts/bench_contention.py                   # the table, printed
-    python scripts/bench_contention.py --write-readme    # and put into README.md
-    python scripts/bench_contention.py --quickstart      # the README's first command, timed
+    python scripts/bench_contention.py --write-docs    # and put into docs/benchmarks.md
+    python scripts/bench_contention.py --quickstart      # the quick start's command, timed
     python scripts/bench_contention.py --policies before,passive,spin=1000,spin=3000
                                                          # OpenMP waits compared, to choose one
 
@@ -155,7 +155,7 @@ def run_matmul() -> None:
 
 
 def quickstart(write: bool) -> None:
-    """The README's first command, timed alone (with its default precision, and forced to
+    """The quick start's command, timed alone (with its default precision, and forced to
     float32) and beside a busy loop (the current policy)."""
     import torch
 
@@ -188,7 +188,7 @@ def quickstart(write: bool) -> None:
         f"| {name} | {label} | {s // 60:.0f} min {s % 60:.0f} s | {alone / s:.2f}x |"
         for name, label, s in rows
     ]
-    publish("bench-quickstart", f"The README's first command ({device_name()}):",
+    publish("bench-quickstart", f"The quick start's command ({device_name()}):",
             "| neighbour | precision | wall time | speed against the default alone "
             "|\n|---|---|---:|---:|", table, write)  # fmt: skip
 
@@ -210,8 +210,8 @@ def main() -> None:
         default="b,c,d",
         help="comma-separated, of b, c, d, besides (a) (default: all)",
     )
-    parser.add_argument("--quickstart", action="store_true", help="time the README's first command")
-    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--quickstart", action="store_true", help="time the quick start's command")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     if args.cell:
         return run_cell(json.loads(args.cell))
@@ -220,7 +220,7 @@ def main() -> None:
     if args.matmul:
         return run_matmul()
     if args.quickstart:
-        return quickstart(args.write_readme)
+        return quickstart(args.write_docs)
     policies = args.policies.split(",")
     kinds = ["a", *(kind for kind in args.neighbours.split(",") if kind != "a")]  # a: the base
     speeds: dict[tuple[str, str], list[float]] = {}
@@ -251,7 +251,7 @@ def main() -> None:
     columns = ["neighbour", *(POLICY_NAMES.get(p, p) for p in policies)]
     columns += ["target (after)"] if targets else []
     header = f"| {' | '.join(columns)} |\n|---|{'---:|' * len(policies)}{'---|' if targets else ''}"
-    publish("bench-contention", caption, header, rows, args.write_readme)
+    publish("bench-contention", caption, header, rows, args.write_docs)
 
 
 def device_name() -> str:
@@ -262,7 +262,7 @@ def device_name() -> str:
 
 
 def publish(name: str, caption: str, header: str, rows: list[str], write: bool) -> None:
-    from readme_table import publish as put
+    from doc_tables import publish as put
 
     put(name, caption, header, rows, write)
 

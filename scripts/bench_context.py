@@ -3,7 +3,7 @@ attention of the registry in every block (DT: softmax; Primal-DT; Linear, Reform
 cosFormer and Flowformer with their configs' settings), at the DT paper's size, side by side.
 
     python scripts/bench_context.py                          # CPU, K = 20, 50, 100, 200, 500
-    python scripts/bench_context.py --device cuda --write-readme
+    python scripts/bench_context.py --device cuda --write-docs
 
 The layer benchmark (bench_attention.py) times one attention layer; this one times what a user who
 wants a long-context Decision Transformer runs: primal-dt's whole training step (bench_train.py's
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from bench_common import device_name, measure_side_by_side, mebibytes
 from bench_train import model_name
-from readme_table import publish, publish_so_far
+from doc_tables import publish, publish_so_far
 
 from primal_dt.common.cpu import quiet_waits
 from primal_dt.common.device import resolve_precision
@@ -92,7 +92,7 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     parser.add_argument("--tiny", action="store_true", help="a tiny model instead (dry runs)")
-    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     quiet_waits()  # the command's OpenMP waits, for the processes that time
     device = torch.device(args.device)
@@ -126,8 +126,8 @@ def main() -> None:
         found[k] = measure(k, batch, steps, args.rounds, args.device, args.tiny)
         print(k, found[k], flush=True)
         rows.append(row(k, precision, found[k]))
-        publish_so_far(name, caption, header, rows, args.write_readme)
-    publish(name, caption, header, [*rows, "", fastest_where(found, precision)], args.write_readme)
+        publish_so_far(name, caption, header, rows, args.write_docs)
+    publish(name, caption, header, [*rows, "", fastest_where(found, precision)], args.write_docs)
 
 
 if __name__ == "__main__":

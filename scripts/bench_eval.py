@@ -4,7 +4,7 @@ with a batch of one), same policy, same HalfCheetah-v5 episodes, measured side b
 
     python scripts/bench_eval.py                      # 100 episodes, DT and Primal-DT sizes, CPU
     python scripts/bench_eval.py --ckpt RUN_DIR       # a trained HalfCheetah checkpoint instead
-    python scripts/bench_eval.py --workers 2 --write-readme
+    python scripts/bench_eval.py --workers 2 --write-docs
 
 Without --ckpt each policy is an untrained Decision Transformer of the given config's size for
 HalfCheetah-v5: speed does not depend on the weights, and HalfCheetah episodes always last 1000
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from bench_common import device_name
 from bench_train import PRECISIONS
-from readme_table import publish
+from doc_tables import publish
 
 from primal_dt.common.config import load_config, named_config_path
 from primal_dt.data.tasks import quiet_mujoco_warnings
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--sequential-episodes", type=int, default=10)
     parser.add_argument("--workers", type=int, default=0, help="> 1 adds an AsyncVectorEnv row")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     quiet_mujoco_warnings()
     device = torch.device(args.device)
@@ -152,7 +152,7 @@ def main() -> None:
         "| model | evaluator | episodes | seconds | env steps / s | speed-up "
         "| return difference |\n|---|---|---:|---:|---:|---:|---:|"
     )
-    publish(f"bench_eval_{device.type}", caption, header, rows, args.write_readme)
+    publish(f"bench_eval_{device.type}", caption, header, rows, args.write_docs)
 
 
 if __name__ == "__main__":

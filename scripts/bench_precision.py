@@ -1,6 +1,6 @@
 """Measurement: what bf16 autocast costs in quality, on a CPU: float32 against bf16, same seeds.
 
-    python scripts/bench_precision.py [--seeds 0,1,2] [--write-readme]
+    python scripts/bench_precision.py [--seeds 0,1,2] [--write-docs]
 
 Under autocast the return-to-go enters `embed_return` in bf16, whose resolution at 3.6 (a target
 of 3600 over return_scale 1000) is 2**-6, about 16 units of return, where a Hopper step earns
@@ -9,7 +9,7 @@ objective's sums and the prefix means sum in float32 (attention.py, trainer.py).
 shows the input resolution, then trains two models from each seed twice, train.precision "fp32"
 and "bf16", changing nothing else, and compares what decides whether bf16 costs anything:
 
-- the README's quick-start model (hopper-bundled, embed 64, Primal rank 16, 1000 steps);
+- the quick start's model (hopper-bundled, embed 64, Primal rank 16, 1000 steps);
 - a DT-size model (configs/dt.toml: embed 128, 3 layers, 1 head, softmax; warm-up 200 steps
   instead of 10,000 at this budget) on hopper-medium recorded here from tests/policies' SAC policy
   (the recipe of scripts/results.py), 2000 steps.
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from bench_common import device_name, primal_dt
-from readme_table import publish
+from doc_tables import publish
 from scipy import stats
 
 from primal_dt.store.dashboards import read_scalars
@@ -125,7 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--out", help="where the dataset and runs go (default: a temporary folder)")
-    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     print(input_resolution(), flush=True)
@@ -149,7 +149,7 @@ def main() -> None:
         f"interval; {minutes:.0f} minutes). {input_resolution()}:"
     )
     header = "| model | measure | float32 | bf16 | difference |\n|---|---|---:|---:|---|"
-    publish("bench-precision", caption, header, rows, args.write_readme)
+    publish("bench-precision", caption, header, rows, args.write_docs)
 
 
 if __name__ == "__main__":

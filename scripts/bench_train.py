@@ -2,7 +2,7 @@
 paper's size and at the Primal paper's size, measured side by side in one run.
 
     python scripts/bench_train.py                          # CPU
-    python scripts/bench_train.py --device cuda --compile reduce-overhead --write-readme
+    python scripts/bench_train.py --device cuda --compile reduce-overhead --write-docs
 
 Each row times primal-dt's own training step (Trainer.train_step on a batch from its sampler,
 the dataset resident on the device) on synthetic HalfCheetah-sized data (17 states, 6 actions,
@@ -47,7 +47,7 @@ from bench_common import (
     reset_peak_memory,
     time_alternately,
 )
-from readme_table import publish, publish_so_far
+from doc_tables import publish, publish_so_far
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -267,7 +267,7 @@ def main() -> None:
         help="also time torch.compile'd steps (bf16), in this mode (default: default)",
     )  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="a tiny model instead (dry runs)")
-    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     if args.point:
         print(json.dumps(measure_point(json.loads(args.point))))
@@ -329,22 +329,22 @@ def main() -> None:
             mode = f"torch.compile ({compiled})" if compiled else "eager"
             print(label, mode, found, flush=True)
             for p in (DEFAULT_PRECISION,) if compiled else precisions:
-                tables["train"].add(train_row(label, p, mode, found), args.write_readme)
+                tables["train"].add(train_row(label, p, mode, found), args.write_docs)
             if compiled:
                 continue
             if len(precisions) > 1:
                 for name in MODELS:
-                    tables["precision"].add(precision_row(label, name, found), args.write_readme)
+                    tables["precision"].add(precision_row(label, name, found), args.write_docs)
             for name in MODELS:
-                tables["cut"].add(cut_row(label, name, found), args.write_readme)
+                tables["cut"].add(cut_row(label, name, found), args.write_docs)
     for table in tables.values():
         if table.rows:
-            publish(table.name, table.caption, table.header, table.rows, args.write_readme)
+            publish(table.name, table.caption, table.header, table.rows, args.write_docs)
 
 
 @dataclasses.dataclass
 class Table:
-    """A table that goes into the README row by row (publish_so_far), then whole (publish)."""
+    """A table that goes into the documentation row by row (publish_so_far), then whole (publish)."""
 
     name: str
     caption: str

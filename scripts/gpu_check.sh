@@ -5,14 +5,14 @@
 #      training, no host sync), on CUDA
 #   2. the training benchmark: eager and compiled (reduce-overhead), both papers' sizes, steps/s and
 #      peak memory, and the training step against the model computed at every token (the cut);
-#      its tables go into README.md as rows are measured
+#      its tables go into docs/benchmarks.md as rows are measured
 #   3. the rest of the test suite on CUDA
 #   4. the attention, context-length and evaluation benchmarks, each table written as it ends
 # Each step has a time limit (8 min 40 s in all), so the script ends within one device call of
 # 10 minutes with the install before it. Every step runs even if an earlier one fails; the exit
-# status says whether all passed. Set WRITE_README= (empty) to only print the tables.
+# status says whether all passed. Set WRITE_DOCS= (empty) to only print the tables.
 #
-#   bash scripts/gpu_check.sh            # on the GPU machine, after the install (README, Performance)
+#   bash scripts/gpu_check.sh            # on the GPU machine, after the install (docs/development.md)
 #   bash scripts/gpu_check.sh --dry-run  # here, on a CPU: every step at a tiny size, same code
 #                                        # paths, nothing written: the script's own logic, checked
 #
@@ -29,7 +29,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, time it, rememb
     local start=$SECONDS
     timeout "$limit" "$@" || { echo "=== $name FAILED (exit $?; 124: over ${limit} s)"; status=1; }
     echo "=== $name took $((SECONDS - start)) s"
-    if [ -n "${OUT:-}" ]; then cp README.md "$OUT/"; fi  # on a device call: the tables so far
+    if [ -n "${OUT:-}" ]; then cp docs/benchmarks.md "$OUT/"; fi  # on a device call: the tables so far
 }
 first=(tests/test_attention.py tests/test_efficient_attention.py tests/test_model.py
        tests/test_performance.py)
@@ -45,12 +45,12 @@ if [ $dry = 1 ]; then
     rest=(tests/test_cli.py -k "end_to_end")  # one training-and-evaluation test stands for the rest
 else
     python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(), torch.__version__)" || exit 1
-    device=cuda write="${WRITE_README---write-readme}" tiny=() train_steps=600 rounds=3
+    device=cuda write="${WRITE_DOCS---write-docs}" tiny=() train_steps=600 rounds=3
     attention=(--batch 64 --ks 20,100,500,2000)  # seven kinds per K
     context=(--ks 20,100,500)
     evaluation=(--workers 8 --sequential-episodes 5)
     rest=(tests "${first[@]/#/--ignore=}")
-    # The rest of the suite in 8 processes where pytest-xdist was carried (README, Performance):
+    # The rest of the suite in 8 processes where pytest-xdist was carried (docs/development.md):
     # one process takes about 4 minutes, longer than its limit.
     python3 -c "import xdist" 2>/dev/null && rest+=(-n 8 --dist loadfile)
 fi

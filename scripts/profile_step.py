@@ -1,7 +1,7 @@
 """Profile: where a training step's time goes, by kind of operator, at both papers' sizes, on one
 and on two threads.
 
-    python scripts/profile_step.py [--precision bf16] [--steps 10] [--write-readme]
+    python scripts/profile_step.py [--precision bf16] [--steps 10] [--write-docs]
 
 Each (size, threads) point runs in a fresh process: bench_train.py's trainer (primal-dt's own
 Trainer.train_step on synthetic HalfCheetah-sized data, Primal-DT: Primal-Attention in the last
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 from bench_common import run_isolated
-from readme_table import publish
+from doc_tables import publish
 
 from primal_dt.common.cpu import quiet_waits
 
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     if args.point:
         print(json.dumps(profile_point(json.loads(args.point))))
@@ -118,7 +118,7 @@ def main() -> None:
         f"of operator, as a share of the profiled step:"
     )
     header = "| operators | " + " | ".join(columns) + " |\n|---|" + "---:|" * len(columns)
-    publish(f"profile_{args.precision}", caption, header, rows, args.write_readme)
+    publish(f"profile_{args.precision}", caption, header, rows, args.write_docs)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@ tests/policies, `primal-dt sweep` DT and Primal-DT over 3 seeds, `primal-dt repo
 report's tables and its aggregate figure into README.md.
 
     python scripts/results.py                     # the CPU budget of the README (about 15 minutes)
-    python scripts/results.py --write-readme      # and write the section
+    python scripts/results.py --write-docs      # and write the section
     python scripts/results.py --steps 100000 --full-size --tasks halfcheetah-medium,...   # a GPU
-    python scripts/results.py --compare-init --tasks hopper-bundled --write-readme
+    python scripts/results.py --compare-init --tasks hopper-bundled --write-docs
         # Primal-DT with each initialisation of We and Wr (model.primal_init), side by side
 
 At the CPU budget (small models, a few hundred steps, datasets of 20000 steps) this demonstrates
@@ -24,7 +24,7 @@ from datetime import date
 from pathlib import Path
 
 from bench_common import device_name, primal_dt
-from readme_table import write_readme_section
+from doc_tables import write_section
 
 from primal_dt.common.config import PRIMAL_INITS, named_config_path
 
@@ -67,7 +67,7 @@ def main() -> None:
         help="Primal-DT with its default and with the public code's initialisation of We and Wr "
         "(model.primal_init) instead of DT against Primal-DT",
     )  # fmt: skip
-    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     env = {**os.environ, "MINARI_DATASETS_PATH": str(out / "minari")}
@@ -107,8 +107,8 @@ def main() -> None:
         f"![{shown}]({figure.relative_to(ROOT)})",
     ])  # fmt: skip
     print(text)
-    if args.write_readme:
-        write_readme_section(section, text)
+    if args.write_docs:
+        write_section(section, text)
 
 
 def init_config(out: Path, init: str) -> Path:

@@ -33,28 +33,35 @@ PRIMAL_INITS = ("per-head", "public")  # model.primal_init
 
 @dataclass
 class ModelConfig:
-    embed_dim: int = 128
-    n_layer: int = 3
-    n_head: int = 1
-    dropout: float = 0.1
-    # K, the steps in a window. It stays under [model] although the sampler and the evaluator read it:
-    # a policy acts only with the window length it was trained on, so it belongs to the model.
+    """The [model] section: the Decision Transformer's sizes and which attention each block uses.
+
+    The defaults are the Decision Transformer paper's (embed 128, 3 layers, 1 head, K = 20, plain
+    softmax attention); configs/primal-dt.toml sets the Primal paper's. Every key, with its type,
+    default and meaning, is in the documentation's configuration reference.
+    """
+
+    embed_dim: int = 128  #: D, the width of every token (heads split it)
+    n_layer: int = 3  #: transformer blocks
+    n_head: int = 1  #: attention heads per block (must divide embed_dim)
+    dropout: float = 0.1  #: dropout of embeddings, attention and residuals, in [0, 1)
+    #: K, the steps in a window. It stays under [model] although the sampler and the evaluator read it:
+    #: a policy acts only with the window length it was trained on, so it belongs to the model.
     context_len: int = 20
-    # Which blocks use Primal-Attention: "none" (plain DT), "last" (the paper), "all", or indices.
+    #: Which blocks use Primal-Attention: "none" (plain DT), "last" (the paper), "all", or indices.
     primal_blocks: str | list[int] = "none"
-    primal_rank: int = 32
-    # How We and Wr start: "per-head" (each head's (d, s) block orthonormal columns) or "public"
-    # (the public code's orthogonal_ on the whole (H, d, s) tensor; attention.py says more).
+    primal_rank: int = 32  #: s, the rank of each Primal head (We, Wr are d x s)
+    #: How We and Wr start: "per-head" (each head's (d, s) block orthonormal columns) or "public"
+    #: (the public code's ``orthogonal_`` on the whole (H, d, s) tensor; attention.py says more).
     primal_init: str = "per-head"
-    # The attention of the blocks that primal_blocks leaves (all of them with "none"): a kind of
-    # method/registry.py (softmax, primal, linear, reformer, performer, cosformer, flowformer);
-    # or a list of one kind per block, with primal_blocks left at "none".
+    #: The attention of the blocks that primal_blocks leaves (all of them with "none"): a kind of
+    #: method/registry.py (softmax, primal, linear, reformer, performer, cosformer, flowformer);
+    #: or a list of one kind per block, with primal_blocks left at "none".
     attention: str | list[str] = "softmax"
-    performer_features: int = 256  # m, random features per head (google-research's default)
-    performer_redraw: int = 1000  # training steps between redraws of the features; 0: never
-    reformer_buckets: int = 8  # hash buckets per round (even)
-    reformer_chunk: int = 16  # c, the earlier same-bucket tokens a query may see per round
-    reformer_hashes: int = 4  # hash rounds
+    performer_features: int = 256  #: m, random features per head (google-research's default)
+    performer_redraw: int = 1000  #: training steps between redraws of the features; 0: never
+    reformer_buckets: int = 8  #: hash buckets per round (even)
+    reformer_chunk: int = 16  #: c, the earlier same-bucket tokens a query may see per round
+    reformer_hashes: int = 4  #: hash rounds
 
     def _primal_block_indices(self) -> list[int]:
         if self.primal_blocks == "none":
@@ -124,30 +131,30 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 100_000
-    batch_size: int = 64
-    lr: float = 1e-4
-    weight_decay: float = 1e-4
-    warmup_steps: int = 10_000
-    grad_clip: float = 0.25
-    ksvd_weight: float = 0.05  # eta: weight of the KSVD loss (ignored when no block is Primal)
-    return_scale: float = 1000.0  # returns-to-go are divided by this
-    seed: int = 0
-    device: str = "auto"  # "auto" (CUDA when present), "cpu", "cuda" or "cuda:N"
-    log_every: int = 100
-    eval_every: int = 10_000  # 0 disables evaluation during training
-    ckpt_every: int = 10_000
-    keep_checkpoints: int = 3  # step checkpoints kept in checkpoints/ besides ckpt.pt and best.pt
-    # torch.compile the model for training (static shapes: every batch is batch_size x K).
+    steps: int = 100_000  #: training steps (batches)
+    batch_size: int = 64  #: windows per batch
+    lr: float = 1e-4  #: AdamW's peak learning rate, reached after the warm-up
+    weight_decay: float = 1e-4  #: AdamW's decoupled weight decay
+    warmup_steps: int = 10_000  #: linear warm-up of the learning rate from 0, then constant
+    grad_clip: float = 0.25  #: the gradients' global norm is clipped to this
+    ksvd_weight: float = 0.05  #: eta: weight of the KSVD loss (ignored when no block is Primal)
+    return_scale: float = 1000.0  #: returns-to-go are divided by this
+    seed: int = 0  #: seeds weights, sampling, dropout and evaluation episodes (0..2^32-1)
+    device: str = "auto"  #: "auto" (CUDA when present), "cpu", "cuda" or "cuda:N"
+    log_every: int = 100  #: steps between TensorBoard points and progress lines
+    eval_every: int = 10_000  #: 0 disables evaluation during training
+    ckpt_every: int = 10_000  #: steps between checkpoints (ckpt.pt and checkpoints/step_N.pt)
+    keep_checkpoints: int = 3  #: step checkpoints kept in checkpoints/ besides ckpt.pt and best.pt
+    #: torch.compile the model for training (static shapes: every batch is batch_size x K).
     compile: bool = False
-    # torch.compile mode: default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs.
+    #: torch.compile mode: default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs.
     compile_mode: str = "default"
-    # "auto": bf16 autocast where the device multiplies bf16 in hardware (CUDA since Ampere, CPUs
-    # with AMX or AVX-512 BF16), else float32; "bf16" or "fp32" force one (device.py). A run
-    # records what "auto" resolved to, and keeps it when resumed.
+    #: "auto": bf16 autocast where the device multiplies bf16 in hardware (CUDA since Ampere, CPUs
+    #: with AMX or AVX-512 BF16), else float32; "bf16" or "fp32" force one (device.py). A run
+    #: records what "auto" resolved to, and keeps it when resumed.
     precision: str = "auto"
-    # CPU threads for training, fixed for the whole run; 0: automatic (cpu.py: OMP_NUM_THREADS,
-    # else one per usable core).
+    #: CPU threads for training, fixed for the whole run; 0: automatic (cpu.py: OMP_NUM_THREADS,
+    #: else one per usable core).
     threads: int = 0
 
     def validate(self) -> None:
@@ -182,18 +189,20 @@ EVAL_SERVICES = ("process", "inline", "external")
 
 @dataclass
 class EvalConfig:
-    episodes: int = 10  # episodes per target return at each evaluation during training
-    final_episodes: int = 100  # episodes per target at the end of training; 0: none
-    targets: list[float] = field(default_factory=list)  # empty: the task's targets (envs/*.toml)
-    # 0 or 1: the episodes' environments step in the evaluating process (SyncVectorEnv);
-    # N > 1: each in its own process, N stepping at once (AsyncVectorEnv), for machines with cores.
+    episodes: int = 10  #: episodes per target return at each evaluation during training
+    final_episodes: int = 100  #: episodes per target at the end of training; 0: none
+    targets: list[float] = field(
+        default_factory=list
+    )  #: empty: the task's targets (``envs/*.toml``)
+    #: 0 or 1: the episodes' environments step in the evaluating process (SyncVectorEnv);
+    #: N > 1: each in its own process, N stepping at once (AsyncVectorEnv), for machines with cores.
     workers: int = 0
-    # "process": a process beside training evaluates each snapshot; "inline": the training process
-    # evaluates it, training waiting meanwhile; "external": snapshots are only queued in the run
-    # directory, for `primal-dt eval --watch RUN_DIR` (e.g. on another machine).
+    #: "process": a process beside training evaluates each snapshot; "inline": the training process
+    #: evaluates it, training waiting meanwhile; "external": snapshots are only queued in the run
+    #: directory, for `primal-dt eval --watch RUN_DIR` (e.g. on another machine).
     service: str = "process"
-    device: str = "auto"  # where the evaluating model runs: auto (train.device), cpu, cuda, cuda:N
-    # Episodes per target rendered to RUN_DIR/videos (and TensorBoard) at the final evaluation.
+    device: str = "auto"  #: where the evaluating model runs: auto (train.device), cpu, cuda, cuda:N
+    #: Episodes per target rendered to RUN_DIR/videos (and TensorBoard) at the final evaluation.
     video_episodes: int = 0
 
     def validate(self) -> None:
@@ -210,7 +219,7 @@ class EvalConfig:
 
 @dataclass
 class DataConfig:
-    download: bool = True  # fetch a missing official dataset from Minari's remote (needs network)
+    download: bool = True  #: fetch a missing official dataset from Minari's remote (needs network)
 
     def validate(self) -> None:
         pass
@@ -218,11 +227,11 @@ class DataConfig:
 
 @dataclass
 class Config:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    # The Primal paper tunes the rank per dataset; a task listed here gets its rank unless overridden.
+    model: ModelConfig = field(default_factory=ModelConfig)  #: the [model] section
+    train: TrainConfig = field(default_factory=TrainConfig)  #: the [train] section
+    eval: EvalConfig = field(default_factory=EvalConfig)  #: the [eval] section
+    data: DataConfig = field(default_factory=DataConfig)  #: the [data] section
+    #: The Primal paper tunes the rank per dataset; a task listed here gets its rank unless overridden.
     primal_rank_by_task: dict[str, int] = field(default_factory=dict)
 
     def validate(self) -> Config:

@@ -12,7 +12,8 @@ every token as before: the model's last block asks for the state tokens in train
 outputs the loss reads) and for the last token in acting. With objective=False the Primal layer skips J (and,
 given rows, computes e and r at those rows alone).
 
-Masked Primal-Attention, H heads of size d = D/H, rank s:
+Masked Primal-Attention, H heads of size d = D/H, rank s::
+
   P1. q = x Wq + bq, k = x Wk + bk, split into heads (B, H, L, d). No value projection: the
       kernel of Eq. (2) is evaluated through the features of q and k alone.
   P2. Causal ("masked") means over the real tokens of each prefix:
@@ -26,7 +27,8 @@ Masked Primal-Attention, H heads of size d = D/H, rank s:
   P6. Lambda (H, s), learned, enters only the KSVD loss.
   Cost O(B H L d s): prefix means are cumulative sums, and no L x L tensor exists anywhere.
 
-KSVD loss, per Primal layer and per sequence b, over its real tokens R_b:
+KSVD loss, per Primal layer and per sequence b, over its real tokens R_b::
+
   K1. J_b = 1/2 mean_{h, i in R_b} ||Lambda_h * e_hi||^2 + 1/2 mean_{h, i in R_b} ||Lambda_h * r_hi||^2
             - mean_h Tr(We[h]^T Wr[h]),
       the objective of the primal KSVD problem, Eq. (6), averaged over heads and tokens.
@@ -36,13 +38,14 @@ KSVD loss, per Primal layer and per sequence b, over its real tokens R_b:
       attention output) without computing any decomposition.
 
 How the authors' public code (PrimalAttention_RL) differs, and what this project does instead:
+
 - Its pipeline right-pads training windows and does not pad at evaluation, so its running mean
   (a cumulative sum divided by the position index, with the mask ignored) never mixes padding into
   a real token: its real-token outputs are clean. primal-dt left-pads, as the DT paper's code does,
   so P2 masks the means; the outputs are then independent of padding on either side.
 - Its KSVD objective averages the e and r energies over all 3K positions, padded ones included.
   K1 counts real tokens only, so padding changes neither J nor its gradients.
-- Its orthogonal_ on the whole (H, d, s) tensor makes the H flattened head blocks orthonormal
+- Its ``orthogonal_`` on the whole (H, d, s) tensor makes the H flattened head blocks orthonormal
   rows: each head's block has Frobenius norm 1, entries about 1/sqrt(d s). Here, by default
   (model.primal_init = "per-head"), each head's (d, s) block has orthonormal columns, Frobenius
   norm sqrt(s): e(x), r(x) and the trace term of J start sqrt(s) times larger (8 at s = 64).
@@ -59,39 +62,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from primal_dt.common.config import PRIMAL_INITS, ModelConfig
-from primal_dt.common.errors import did_you_mean
+from primal_dt.common.config import ModelConfig
 from primal_dt.method.dropout import Dropout, dropout
-from primal_dt.method.layer import AttentionLayer
-
-
-def check_arguments(
-    layer: str,
-    embed_dim: int,
-    n_head: int,
-    dropout_p: float,
-    rank: int | None = None,
-    init: str | None = None,
-) -> None:
-    """A layer's own check of its arguments, when it is built (whoever builds it): a ValueError
-    saying which argument is wrong, instead of a reshape error at the first forward. rank and
-    init are the Primal layer's; None for a layer without them."""
-    if embed_dim <= 0 or n_head <= 0 or (rank is not None and rank <= 0):
-        shown = f"{embed_dim}, {n_head}" + ("" if rank is None else f", {rank}")
-        names = "embed_dim and n_head" if rank is None else "embed_dim, n_head and rank"
-        raise ValueError(f"{layer}: {names} must be positive, got {shown}")
-    if embed_dim % n_head:
-        raise ValueError(
-            f"{layer}: embed_dim ({embed_dim}) must be divisible by n_head ({n_head}): each head "
-            f"takes embed_dim / n_head channels"
-        )
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"{layer}: dropout must be in [0, 1), got {dropout_p}")
-    if init is not None and init not in PRIMAL_INITS:
-        raise ValueError(
-            f"{layer}: init must be one of {', '.join(PRIMAL_INITS)}, got {init!r}"
-            + did_you_mean(init, PRIMAL_INITS)
-        )
+from primal_dt.method.layer import AttentionLayer, check_arguments  # others import it from here
 
 
 def causal_padding_mask(mask: Tensor) -> Tensor:
@@ -121,8 +94,19 @@ def explicit_attention(
 
 
 class CausalSelfAttention(AttentionLayer):
-    """Canonical multi-head causal softmax attention: scaled_dot_product_attention on CUDA, its
-    computation written out on a CPU (explicit_attention)."""
+    """Multi-head causal softmax attention over the real tokens of each prefix.
+
+    scaled_dot_product_attention on CUDA, its computation written out on a CPU
+    (explicit_attention). It has no auxiliary loss.
+
+    Args:
+        embed_dim: D, the channels of x and of the output; a multiple of n_head.
+        n_head: H, the heads, each of D / H channels.
+        dropout: Dropout on the attention probabilities and on the output, in [0, 1).
+
+    Raises:
+        ValueError: An argument is out of range (check_arguments).
+    """
 
     label = "softmax"
 
@@ -142,7 +126,22 @@ class CausalSelfAttention(AttentionLayer):
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, None]:
-        """Output (B, L, D), or (B, len(rows), D) at rows; no objective (None)."""
+        """Causal softmax attention over x.
+
+        Args:
+            x: Tokens (B, L, D).
+            mask: Padding mask (B, L), bool or 0/1, true for real tokens. Default None: every
+                token real.
+            rows: Positions whose outputs to compute, a slice of R of the L positions; every
+                token is still attended to. Default None: all L.
+            objective: Unused (this kind has no auxiliary loss). Default True.
+
+        Returns:
+            tuple[Tensor, None]: The output y (B, L, D), or (B, R, D) at rows, and None.
+
+        Raises:
+            ValueError: x is not (B, L, D) or mask not (B, L).
+        """
         batch, length, dim = x.shape
         attn_mask = causal_padding_mask(mask)
         if rows is None:
@@ -216,11 +215,13 @@ class MaskedEnergy(torch.autograd.Function):
 
 
 class PrimalAttention(AttentionLayer):
-    """Masked (causal) Primal-Attention, steps P1-P6 of the module docstring.
+    """Masked (causal) Primal-Attention with its KSVD loss, steps P1-P6 and K1-K2 of the module
+    docstring.
 
-    forward returns the layer output (B, L, D), or at the given rows alone, and its auxiliary loss
-    per sequence, J^2 (B,) of step K2, whose batch mean is the layer's KSVD loss (None with
-    objective=False).
+    Per head, the masked prefix means of the queries and keys, normalised to unit length, are
+    projected onto We and Wr (H, d, s) to give the scores e and r; the output is a linear map of
+    [e; r] per head, heads merged, then an output projection. No L x L tensor is formed: the cost
+    is O(B H L d s). Lambda (H, s) enters only the KSVD loss, which forward returns per sequence.
 
     The running means are taken of x, not of q and k: q = x Wq + bq is affine, so the mean of q
     over a prefix is the mean of x projected, and one prefix sum over D channels replaces two.
@@ -228,6 +229,21 @@ class PrimalAttention(AttentionLayer):
     nothing to average and its output is never read.) The query and key projections run as one
     matrix product, laid out per head as (q_h, k_h), so that e and r come out of one batched
     product, already side by side for the concat layer.
+
+    Args:
+        embed_dim: D, the channels of x and of the output; a multiple of n_head.
+        n_head: H, the heads, each of d = D / H channels.
+        rank: s, the rank of each head: We and Wr are (H, d, s).
+        dropout: Dropout on the output, in [0, 1).
+        init: How We and Wr start. Default "per-head": each head's (d, s) block has orthonormal
+            columns (Frobenius norm sqrt(s)). "public": ``nn.init.orthogonal_`` on the whole
+            (H, d, s) tensor, as the authors' public code does (the H flattened blocks
+            orthonormal rows, each of Frobenius norm 1). The paper's configuration,
+            configs/primal-dt.toml, uses "public" (model.primal_init); this class and
+            ModelConfig default to "per-head".
+
+    Raises:
+        ValueError: An argument is out of range (check_arguments).
     """
 
     label = "Primal"
@@ -294,10 +310,26 @@ class PrimalAttention(AttentionLayer):
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, Tensor | None]:
-        """Output (B, L, D), or (B, len(rows), D) at rows, and J^2 (B,), or None without objective.
+        """Primal-Attention over x, and its KSVD loss per sequence.
 
         J needs e and r at every real token, so with the objective they are computed everywhere
-        and only P5 (concat, output projection) is cut to the rows."""
+        and only P5 (concat, output projection) is cut to the rows; without it, at the rows alone.
+
+        Args:
+            x: Tokens (B, L, D).
+            mask: Padding mask (B, L), bool or 0/1, true for real tokens. Default None: every
+                token real.
+            rows: Positions whose outputs to compute, a slice of R of the L positions; every
+                token is still attended to. Default None: all L.
+            objective: Whether to compute the KSVD loss. Default True.
+
+        Returns:
+            tuple[Tensor, Tensor | None]: The output y (B, L, D), or (B, R, D) at rows, and the
+            KSVD loss per sequence J^2 (B,) (ksvd_loss), or None with objective=False.
+
+        Raises:
+            ValueError: x is not (B, L, D) or mask not (B, L).
+        """
         batch, _, dim = x.shape
         scores = self.scores(x, mask, None if objective else rows)
         wanted = scores[:, rows] if objective and rows is not None else scores
@@ -307,16 +339,29 @@ class PrimalAttention(AttentionLayer):
         y = self.resid_dropout(self.proj(y))
         if not objective:
             return y, None
-        return y, ksvd_objective(scores, self.lam, self.we, self.wr, mask).square()
+        return y, ksvd_loss(scores, self.lam, self.we, self.wr, mask)
 
 
 def ksvd_objective(scores: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Tensor) -> Tensor:
-    """Per-sequence KSVD objective J (B,) over real tokens only, step K1 of the module docstring.
+    """The KSVD objective J of each sequence over its real tokens, step K1 of the module docstring.
 
-    J = 1/2 mean_{h,i} ||lam_h * e_hi||^2 + 1/2 mean_{h,i} ||lam_h * r_hi||^2 - mean_h Tr(We_h^T Wr_h),
-    with scores (B, L, H, 2, s) holding e and r as PrimalAttention.scores returns them. The two
-    means share their count, so they are one weighted sum of squares. The paper shows J = 0 at
-    the KSVD stationary point, so training drives J^2 towards zero.
+    J = (E_e + E_r) / 2 - mean_h Tr(We[h]^T Wr[h]), where E_e is the mean over heads h and real
+    tokens i of sum_k (lam[h, k] e[i, h, k])^2, and E_r the same of r: the objective of the primal
+    KSVD problem (the paper's Eq. 6). The two means share their count, so they are one weighted
+    sum of squares. The paper shows J = 0 at the KSVD stationary point (ksvd_loss drives J^2 to
+    zero).
+
+    Args:
+        scores: e and r stacked, (B, L, H, 2, s), as PrimalAttention.scores returns them:
+            e at [..., 0, :], r at [..., 1, :].
+        lam: Lambda (H, s).
+        we: We (H, d, s).
+        wr: Wr (H, d, s).
+        mask: Padding mask (B, L), bool or 0/1, true for real tokens; padded tokens count in
+            neither mean.
+
+    Returns:
+        Tensor: J (B,), in float32, or float64 for float64 scores.
     """
     dtype = torch.promote_types(scores.dtype, torch.float32)  # bf16 scores are summed in float32
     batch, length, heads, _, rank = scores.shape
@@ -327,3 +372,23 @@ def ksvd_objective(scores: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Te
     energy = MaskedEnergy.apply(flat, lam_squared, valid)
     trace = (we.to(dtype) * wr.to(dtype)).sum(dim=(1, 2)).mean()  # Tr(A^T B) = sum(A * B)
     return 0.5 * energy / count - trace
+
+
+def ksvd_loss(scores: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Tensor) -> Tensor:
+    """The KSVD loss of each sequence, J^2 (step K2): PrimalAttention.forward's auxiliary loss.
+
+    Its batch mean is the layer's KSVD loss; training adds train.ksvd_weight (eta, 0.05 in the
+    paper) times the mean of it over the Primal layers to the action loss. By the paper's Lemma
+    4.2 the KSVD stationary point has J = 0, so driving J^2 to zero imposes it.
+
+    Args:
+        scores: e and r stacked, (B, L, H, 2, s), as PrimalAttention.scores returns them.
+        lam: Lambda (H, s).
+        we: We (H, d, s).
+        wr: Wr (H, d, s).
+        mask: Padding mask (B, L), bool or 0/1, true for real tokens.
+
+    Returns:
+        Tensor: J^2 (B,), in float32, or float64 for float64 scores (ksvd_objective squared).
+    """
+    return ksvd_objective(scores, lam, we, wr, mask).square()

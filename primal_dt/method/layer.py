@@ -1,12 +1,19 @@
 """What every attention layer of the registry is: the one interface the transformer block calls.
 
-A layer takes tokens x (B, L, D) and their padding mask m (B, L), 1 for real tokens, and returns
-its output and its auxiliary loss. Each layer guarantees, and tests/test_attention.py checks:
+A layer takes tokens x (B, L, D) and their padding mask m (B, L), 1 for real tokens (left out: every
+token real), and returns its output and its auxiliary loss. Each layer guarantees, and
+tests/test_attention.py checks:
+
 - causality: a real token's output depends only on real tokens at or before it;
 - padding exactness: no real output changes when a padded token changes;
 - rows: given a slice of positions, the outputs there alone (B, R, D), equal to the full output
   sliced (the last block asks for the state tokens in training and for the last token in acting);
 - objective=False skips the auxiliary loss, the case in acting.
+
+Its arguments are checked once, here, for every kind: when it is built (check_arguments, which each
+kind's constructor calls) and at every forward (check_inputs, which AttentionLayer wraps around each
+subclass's forward, and which fills in a missing mask), so that a wrong shape is a ValueError naming
+the expected one rather than a reshape error deep inside the layer.
 
 The auxiliary loss is a per-sequence term (B,) whose batch mean the model averages over the blocks
 that have one and adds, weighted by train.ksvd_weight, to the action loss; None for a layer without
@@ -19,22 +26,114 @@ training step: a resumed run and an uninterrupted one draw the same.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from primal_dt.common.config import ModelConfig
+from primal_dt.common.config import PRIMAL_INITS, ModelConfig
+from primal_dt.common.errors import did_you_mean
+
+Forward = Callable[..., tuple[Tensor, Tensor | None]]
+
+
+def check_arguments(
+    layer: str,
+    embed_dim: int,
+    n_head: int,
+    dropout_p: float,
+    rank: int | None = None,
+    init: str | None = None,
+) -> None:
+    """A layer's own check of its arguments, when it is built (whoever builds it): a ValueError
+    saying which argument is wrong, instead of a reshape error at the first forward. rank and
+    init are the Primal layer's; None for a layer without them."""
+    if embed_dim <= 0 or n_head <= 0 or (rank is not None and rank <= 0):
+        shown = f"{embed_dim}, {n_head}" + ("" if rank is None else f", {rank}")
+        names = "embed_dim and n_head" if rank is None else "embed_dim, n_head and rank"
+        raise ValueError(f"{layer}: {names} must be positive, got {shown}")
+    if embed_dim % n_head:
+        raise ValueError(
+            f"{layer}: embed_dim ({embed_dim}) must be divisible by n_head ({n_head}): each head "
+            f"takes embed_dim / n_head channels"
+        )
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"{layer}: dropout must be in [0, 1), got {dropout_p}")
+    if init is not None and init not in PRIMAL_INITS:
+        raise ValueError(
+            f"{layer}: init must be one of {', '.join(PRIMAL_INITS)}, got {init!r}"
+            + did_you_mean(init, PRIMAL_INITS)
+        )
+
+
+def check_inputs(layer: str, embed_dim: int, x: Tensor, mask: Tensor | None) -> Tensor:
+    """A layer's check of its forward's inputs, the counterpart of check_arguments: a ValueError
+    naming the expected shape where x is not (B, L, embed_dim) or mask not (B, L). Returns the
+    mask, or where it is None one of all real tokens (True, (B, L), on x's device)."""
+    if x.dim() != 3 or x.shape[-1] != embed_dim:
+        raise ValueError(
+            f"{layer} expects x of shape (batch, length, {embed_dim}), got {tuple(x.shape)}"
+        )
+    if mask is None:
+        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+    if mask.shape != x.shape[:2]:
+        raise ValueError(
+            f"{layer} expects mask of shape (batch, length) = {tuple(x.shape[:2])}, "
+            f"got {tuple(mask.shape)}"
+        )
+    return mask
+
+
+def _checked(forward: Forward) -> Forward:
+    """forward with its inputs checked and a missing mask filled in first (check_inputs)."""
+
+    def checked(
+        self: AttentionLayer,
+        x: Tensor,
+        mask: Tensor | None = None,
+        rows: slice | None = None,
+        objective: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        mask = check_inputs(type(self).__name__, self.embed_dim, x, mask)
+        return forward(self, x, mask, rows, objective)
+
+    # The subclass's name and docstring, and this signature (mask optional), for help() and autodoc.
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(checked, name, getattr(forward, name))
+    return checked
 
 
 class AttentionLayer(nn.Module):
-    """The base of every attention kind: subclasses set `label`, implement `from_config` and
-    `forward`, and (where they draw random state) `redraw`."""
+    """The base of every attention kind: subclasses set ``label``, implement ``from_config`` and
+    ``forward``, and (where they draw random state) ``redraw``.
+
+    Each subclass's forward is wrapped, when the class is created, so that it receives a checked x
+    and a mask that is never None (check_inputs): the checks are written once, here, for every
+    kind. A kind's width D is ``embed_dim``, read from its output projection ``proj``.
+    """
 
     label: ClassVar[str] = ""  # how reports, spectra and TensorBoard name the kind
     # Whether the auxiliary loss reads every token: the model then keeps the last action token
     # up to this block (model.py), since its loss counts it.
     reads_every_token: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "forward" in cls.__dict__:  # a kind that inherits its forward has it checked already
+            cls.forward = _checked(cls.__dict__["forward"])  # type: ignore[method-assign]
+
+    @property
+    def embed_dim(self) -> int:
+        """The width D of x and of the output, read from the output projection ``proj``
+        (Linear(D, D)) that every kind ends with; a kind without one defines this itself."""
+        proj = getattr(self, "proj", None)
+        if not isinstance(proj, nn.Linear):
+            raise NotImplementedError(
+                f"{type(self).__name__}: an attention layer without an output projection "
+                f"proj (nn.Linear) must define embed_dim"
+            )
+        return proj.out_features
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> AttentionLayer:
@@ -44,7 +143,26 @@ class AttentionLayer(nn.Module):
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, Tensor | None]:
-        """Output (B, L, D), or (B, R, D) at rows, and the auxiliary loss terms (B,) or None."""
+        """Attend causally over x: each real token's output depends on real tokens at or before it.
+
+        Args:
+            x: Tokens (B, L, D), D = embed_dim.
+            mask: Padding mask (B, L), bool or 0/1, true for real tokens. Default None: every
+                token real.
+            rows: Positions whose outputs to compute, a slice of R of the L positions; every
+                token is still attended to. Default None: all L.
+            objective: Whether to compute the auxiliary loss. Default True.
+
+        Returns:
+            tuple[Tensor, Tensor | None]: The output y (B, L, D), or (B, R, D) at rows, and the
+            auxiliary loss per sequence (B,), or None for a kind without one or with
+            objective=False.
+
+        Raises:
+            ValueError: x is not (B, L, D) or mask not (B, L).
+        """
+        # A subclass's forward is written for a mask that is never None: the wrapper around it
+        # (_checked) takes None, and its signature is the one that help() and autodoc show.
         raise NotImplementedError
 
     def redraw(self, step: int) -> None:

@@ -9,6 +9,7 @@ and the action a_t is read from the hidden state of the s_t token through a tanh
 In training, outputs the loss never reads are not computed, with the results of the full
 computation (forward(..., every_token=True), kept for the attention spectra, the tests and the
 benchmarks):
+
 - the last block works out its outputs (attention output, projection, residual, MLP, final
   LayerNorm) at the K state tokens alone, from keys, values (softmax) or e and r (Primal, whose
   KSVD objective needs them at every token) computed over the whole window; the linear-cost
@@ -61,8 +62,18 @@ class Block(nn.Module):
 
 
 class DecisionTransformer(nn.Module):
-    """forward(states, actions, returns_to_go, timesteps, mask) -> (actions (B, K, A), auxiliary
-    loss: the KSVD loss of its Primal blocks)."""
+    """The Decision Transformer, each block's attention of the kind config names.
+
+    forward(states, actions, returns_to_go, timesteps, mask) gives the predicted actions
+    (B, K, A) and the auxiliary loss (the KSVD loss of its Primal blocks); act gives the action
+    for the last step of each window.
+
+    Args:
+        config: The model's settings (embed_dim, n_layer, n_head, the attention of each block).
+        state_dim: S, the size of a state.
+        act_dim: A, the size of an action (predicted in [-1, 1] through a tanh).
+        max_timestep: The timesteps embedded; later ones share the last embedding.
+    """
 
     def __init__(
         self, config: ModelConfig, state_dim: int, act_dim: int, max_timestep: int
@@ -110,17 +121,28 @@ class DecisionTransformer(nn.Module):
         actions: Tensor,
         returns_to_go: Tensor,
         timesteps: Tensor,
-        mask: Tensor,
+        mask: Tensor | None = None,
         every_token: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """states (B, K, S), actions (B, K, A), returns_to_go (B, K), timesteps (B, K), mask (B, K).
+        """Predict the action at every step of each window.
 
-        Returns the predicted actions (B, K, A) and the model's auxiliary loss: the mean over the
-        blocks that have one of its batch mean (for Primal blocks mean_B(J^2), the KSVD loss), or
-        zero when none has. every_token=True computes every block at every token (the module
-        docstring's reference; the same results, more work).
+        Args:
+            states: States (B, K, S).
+            actions: Actions (B, K, A); a_t is predicted from the tokens up to s_t alone.
+            returns_to_go: Returns-to-go (B, K), already divided by train.return_scale.
+            timesteps: Timesteps (B, K), integers.
+            mask: Padding mask (B, K), bool or 0/1, true for real steps. Default None: every
+                step real.
+            every_token: Compute every block at every token (the module docstring's reference:
+                the same results, more work). Default False.
+
+        Returns:
+            tuple[Tensor, Tensor]: The predicted actions (B, K, A), and the auxiliary loss, a
+            scalar: the mean, over the blocks that have one, of its batch mean (for Primal
+            blocks the mean over B of J^2, the KSVD loss), or zero when none has.
         """
         batch, length, _ = states.shape
+        mask = all_steps(states) if mask is None else mask
         x, token_mask = self.embed(states, actions, returns_to_go, timesteps, mask)
         aux_terms = []
         for i, block in enumerate(self.blocks):
@@ -147,17 +169,24 @@ class DecisionTransformer(nn.Module):
 
     def act(
         self, states: Tensor, actions: Tensor, returns_to_go: Tensor, timesteps: Tensor,
-        mask: Tensor,
+        mask: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
         """The action (B, A) for the last step of each window: forward(...)[0][:, -1], computed
         without the outputs nobody reads. The last action token is dropped (causally it cannot
-        reach the last state token), and the final block works out the last state token alone."""
+        reach the last state token), and the final block works out the last state token alone.
+        The arguments are forward's; mask defaults to None, every step real."""
+        mask = all_steps(states) if mask is None else mask
         x, token_mask = self.embed(states, actions, returns_to_go, timesteps, mask)
         x, token_mask = x[:, :-1], token_mask[:, :-1]
         for block in self.blocks[:-1]:
             x, _ = block(x, token_mask, objective=False)
         x, _ = self.blocks[-1](x, token_mask, LAST_TOKEN, objective=False)
         return self.predict_action(self.ln_f(x[:, 0]))
+
+
+def all_steps(states: Tensor) -> Tensor:
+    """The padding mask (B, K) of windows without padding, for states (B, K, S)."""
+    return torch.ones(states.shape[:2], dtype=torch.bool, device=states.device)
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -16,6 +16,7 @@ from primal_dt.method.linear_attention import LinearAttention
 from primal_dt.method.performer import PerformerAttention
 from primal_dt.method.reformer import ReformerAttention
 
+#: Every attention kind by the name that ``model.attention`` gives it, to its AttentionLayer class.
 ATTENTIONS: dict[str, type[AttentionLayer]] = {
     "softmax": CausalSelfAttention,
     "primal": PrimalAttention,
@@ -44,6 +45,8 @@ def check_kinds(config: ModelConfig) -> None:
 
 
 def build_attention(kind: str, config: ModelConfig) -> AttentionLayer:
+    """A layer of the named kind, sized and set up by a model config (its width, heads, dropout
+    and the kind's own keys); a ConfigError for an unknown kind."""
     return attention_class(kind).from_config(config)
 
 

@@ -1,8 +1,8 @@
-"""The README's pictures and sample output from a real (small) run: what `primal-dt eval --ckpt`
+"""The documentation's pictures and sample output from a real (small) run: what `primal-dt eval --ckpt`
 prints, the return-conditioning curve and a still frame of a rendered episode, all of the
-README's first command's model (hopper-bundled, embed 64, 1000 steps on a CPU).
+quick start's model (hopper-bundled, embed 64, 1000 steps on a CPU).
 
-    python scripts/readme_figures.py      # writes scripts/figures/*.png and README.md's sample
+    python scripts/doc_figures.py      # writes scripts/figures/*.png and the quick start's sample (README.md, docs/quickstart.md)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from bench_common import primal_dt
-from readme_table import write_readme_section
+from doc_tables import write_section
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 TRAIN = ["train", "--env", "hopper-bundled", "--device", "cpu", "--steps", "1000",
@@ -35,7 +35,7 @@ def main() -> None:
         os.chdir(folder)  # so that the command prints the path a user would see
         printed = primal_dt("eval", "--ckpt", shown, env=env)
         sample = f"```\n$ primal-dt eval --ckpt {shown}\n{printed.rstrip()}\n```"
-        write_readme_section("eval-sample", sample)
+        write_section("eval-sample", sample)
         primal_dt("eval", "--ckpt", str(run.path), "--target-sweep", "0:4000:9", "--episodes",
                   "10", env=env)  # fmt: skip
         shutil.copy(run.return_curve(1000)[1], FIGURES / "return_curve_hopper-bundled.png")

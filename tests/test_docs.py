@@ -1,0 +1,104 @@
+"""The documentation as a reader meets it: the README's length and links, every Python snippet of
+the README and the docs run, and every `primal-dt` command line they show parses."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from sphinx.pycode import ModuleAnalyzer
+
+from primal_dt.cli import build_parser
+from primal_dt.common import config
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def blocks(language: str) -> list[tuple[str, str]]:
+    """(where, code) of every fenced block in that language, where = file:line."""
+    found = []
+    for path in DOCUMENTS:
+        text = path.read_text()
+        for match in FENCE.finditer(text):
+            if match.group(1) == language:
+                line = text[: match.start()].count("\n") + 1
+                found.append((f"{path.relative_to(ROOT)}:{line}", match.group(2)))
+    return found
+
+
+def command_lines(code: str) -> list[str]:
+    """The `primal-dt ...` commands of a shell block, continuation lines joined, comments cut."""
+    joined = re.sub(r"\\\n\s*", " ", code)
+    commands = []
+    for line in joined.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        for part in re.split(r"&&|;|\|", line):
+            part = part.strip()
+            if part.startswith("primal-dt "):
+                commands.append(part)
+    return commands
+
+
+def test_readme_is_an_entry_of_at_most_200_lines() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines"
+
+
+def test_readme_links_point_to_files_of_the_repository() -> None:
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\((?!https?://|#)([^)#]+)(?:#[^)]*)?\)", text)
+    assert "docs/method.md" in targets  # the check reads links at all
+    missing = [target for target in targets if not (ROOT / target).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+PYTHON = blocks("python")
+
+
+@pytest.mark.parametrize("where,code", PYTHON, ids=[where for where, _ in PYTHON])
+def test_python_snippets_run(where: str, code: str) -> None:
+    exec(compile(code, where, "exec"), {"__name__": "__snippet__"})
+
+
+def test_the_readme_has_a_python_snippet() -> None:
+    assert any(where.startswith("README.md") for where, _ in PYTHON)
+
+
+COMMANDS = [(where, c) for where, code in blocks("bash") for c in command_lines(code)]
+
+
+@pytest.mark.parametrize("where,command", COMMANDS, ids=[f"{w} {c[:40]}" for w, c in COMMANDS])
+def test_shown_commands_parse(where: str, command: str) -> None:
+    """The subcommand and every option exist, and the values have the types the parser wants."""
+    argv = [word for word in shlex.split(command)[1:] if word != "..."]
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit as exit:
+        if exit.code not in (0, None):  # --help and --version exit 0
+            pytest.fail(f"{where}: `{command}` does not parse")
+
+
+def test_commands_are_collected_from_readme_and_docs() -> None:
+    places = {where.split(":")[0] for where, _ in COMMANDS}
+    assert {"README.md", "docs/quickstart.md", "docs/training.md"} <= places
+
+
+def test_a_command_that_does_not_parse_is_found() -> None:
+    """The check above can fail: an option that does not exist does not parse."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--env", "hopper-medium", "--no-such-option"])
+
+
+def test_every_config_key_says_what_it_means() -> None:
+    """The configuration reference (docs/configuration.md) is generated from these comments."""
+    docs = ModuleAnalyzer.for_module(config.__name__).find_attr_docs()
+    sections = [config.Config, config.ModelConfig, config.TrainConfig, config.EvalConfig,
+                config.DataConfig]  # fmt: skip
+    undocumented = [f"{cls.__name__}.{field.name}" for cls in sections
+                    for field in dataclasses.fields(cls) if not docs.get((cls.__name__, field.name))]  # fmt: skip
+    assert not undocumented, f"config fields without a #: comment: {undocumented}"
