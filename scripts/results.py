@@ -1,16 +1,19 @@
-"""The README's results section, made by the pipeline itself: record datasets from the policies in
-tests/policies, `primal-dt sweep` DT and Primal-DT over 3 seeds, `primal-dt report`, and put the
-report's tables and its aggregate figure into README.md.
+"""The results page (docs/results.md) and the README's two-line summary, made by the pipeline
+itself: record the datasets from the behaviour policies in tests/policies, `primal-dt sweep` the
+matched comparison (configs/matched.toml with each attention in its last block, nothing else
+different) over seeds, `primal-dt report`, and write its tables and figures into the docs.
 
-    python scripts/results.py                     # the CPU budget of the README (about 15 minutes)
-    python scripts/results.py --write-docs      # and write the section
-    python scripts/results.py --steps 100000 --full-size --tasks halfcheetah-medium,...   # a GPU
+    python scripts/results.py                          # matched DT against Primal-DT, 3 medium datasets, 5 seeds
+    python scripts/results.py --write-docs             # and write docs/results.md and the README's summary
+    python scripts/results.py --attentions all --tasks halfcheetah-medium --seeds 0,1,2
+        # all seven attentions of the paper's table, on one dataset
     python scripts/results.py --compare-init --tasks hopper-bundled --write-docs
         # Primal-DT with each initialisation of We and Wr (model.primal_init), side by side
+    python scripts/results.py --paper --tasks halfcheetah-medium,... --device cuda --seeds 0,1,2
+        # the papers' own configs at their budget (100k steps): the reproduction, on a GPU
 
-At the CPU budget (small models, a few hundred steps, datasets of 20000 steps) this demonstrates
-the pipeline and its statistics; it does not reproduce the paper. With the paper's budget
-(--steps 100000 --full-size, the paper's datasets as --tasks) it is the reproduction, on a GPU.
+At the CPU budget this compares attentions under one matched setting on datasets recorded here; it
+does not reproduce the paper's numbers, which came from D4RL v2 datasets at 100k steps.
 """
 
 from __future__ import annotations
@@ -27,21 +30,24 @@ from bench_common import device_name, primal_dt
 from doc_tables import write_section
 
 from primal_dt.common.config import PRIMAL_INITS, named_config_path
+from primal_dt.method.registry import ATTENTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "tests" / "policies"
 FIGURES = ROOT / "scripts" / "figures"
-# Datasets recorded here: (env, quality, policy file, expert policy file for reference scores).
+# The datasets recorded here: (env, name, behaviour policy, expert policy for reference scores).
+# The medium policies are SAC trained by `primal-dt datasets make --recipe medium-replay` to a
+# third of the expert's return (tests/policies/README.md: how, and what each reached).
 RECORDED = [
-    ("hopper", "medium", "sac/Hopper-v5.zip", "tqc/Hopper-v5.zip"),
-    ("halfcheetah", "medium", "sac/HalfCheetah-v5.zip", "tqc/HalfCheetah-v5.zip"),
-    ("walker2d", "medium", "sac/Walker2d-v5.zip", "tqc/Walker2d-v5.zip"),
+    ("halfcheetah", "medium", "medium/HalfCheetah-v5.zip", "tqc/HalfCheetah-v5.zip"),
+    ("hopper", "medium", "medium/Hopper-v5.zip", "tqc/Hopper-v5.zip"),
+    ("walker2d", "medium", "medium/Walker2d-v5.zip", "tqc/Walker2d-v5.zip"),
 ]
 SMALL = ["model.embed_dim=64", "model.primal_rank=16", "train.warmup_steps=100"]
 
 
 def record(root: Path, steps: int, env: dict[str, str]) -> list[str]:
-    """The medium datasets of RECORDED in root (made once), with measured reference scores."""
+    """The datasets of RECORDED in root (made once), with measured reference scores."""
     tasks = []
     for name, quality, policy, expert in RECORDED:
         if not (root / "primal-dt" / name / f"{quality}-v0").exists():
@@ -52,73 +58,117 @@ def record(root: Path, steps: int, env: dict[str, str]) -> list[str]:
     return tasks
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=500, help="training steps per run (500)")
-    parser.add_argument("--dataset-steps", type=int, default=20000, help="steps recorded (20000)")
-    parser.add_argument("--tasks", help="tasks instead of the bundled and recorded ones")
-    parser.add_argument("--full-size", action="store_true", help="the configs' own model sizes")
-    parser.add_argument("--episodes", type=int, default=10, help="final episodes per target (10)")
-    parser.add_argument("--parallel", type=int, default=2, help="runs at once (2)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", default="results", help="where datasets and runs go (results)")
-    parser.add_argument(
-        "--compare-init", action="store_true",
-        help="Primal-DT with its default and with the public code's initialisation of We and Wr "
-        "(model.primal_init) instead of DT against Primal-DT",
-    )  # fmt: skip
-    parser.add_argument("--write-docs", action="store_true")
-    args = parser.parse_args()
-    out = Path(args.out).resolve()
-    env = {**os.environ, "MINARI_DATASETS_PATH": str(out / "minari")}
-    start = time.monotonic()
-    tasks = args.tasks.split(",") if args.tasks else ["hopper-bundled", *record(
-        out / "minari", args.dataset_steps, env)]  # fmt: skip
-    settings = [] if args.full_size else SMALL
-    settings += ["train.eval_every=0", f"eval.final_episodes={args.episodes}"]
-    configs, section, compared = "dt,primal-dt", "results", "DT and Primal-DT"
-    if args.compare_init:
-        configs = ",".join(str(init_config(out, init)) for init in PRIMAL_INITS)
-        section, compared = "results-init", "Primal-DT with each initialisation of We and Wr"
-    # Each section's runs and report apart: the report covers every run below its folder.
-    runs, reported = out / f"{section}-runs", out / f"{section}-report"
-    primal_dt("sweep", "--tasks", ",".join(tasks), "--seeds", "0,1,2", "--configs", configs,
-              "--runs-dir", str(runs), "--steps", str(args.steps), "--device", args.device,
-              "--parallel", str(args.parallel), "--offline",
-              *[a for s in settings for a in ("--set", s)], env=env)  # fmt: skip
-    primal_dt("report", str(runs), "--out", str(reported), env=env)
-    minutes = (time.monotonic() - start) / 60
-    report = (reported / "report.md").read_text()
-    # Across tasks the aggregates; on one task its curves (scores and KSVD loss side by side).
-    shown = "aggregates.png" if len(tasks) > 1 else f"curves_{tasks[0]}.png"
-    figure = FIGURES / f"{section}_{shown}"
-    shutil.copy(reported / shown, figure)
-    size = "the configs' own sizes" if args.full_size else "embed 64, Primal rank 16"
-    text = "\n".join([
-        f"Made by `python scripts/results.py{' --compare-init' if args.compare_init else ''}` on "
-        f"{date.today()}, {device_name_for(args.device)}, in {minutes:.0f} minutes: {len(tasks)} "
-        f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x 3 seeds, {args.steps} "
-        f"training steps each ({size}), {args.episodes} final episodes per target. A "
-        f"demonstration of the pipeline and its statistics at a CPU budget, not a reproduction of "
-        f"the paper (that is the same script with its budget, on a GPU).",
-        "",
-        section_of(report),
-        "",
-        f"![{shown}]({figure.relative_to(ROOT)})",
-    ])  # fmt: skip
-    print(text)
-    if args.write_docs:
-        write_section(section, text)
+def matched_config(out: Path, kind: str) -> Path:
+    """configs/matched.toml with `kind` in the last block, as a config of its own name
+    (matched-<kind>), so that the report sets the kinds side by side."""
+    text = named_config_path("matched").read_text()
+    text = re.sub(r"(?m)^attention = .*$", f'attention = ["softmax", "softmax", "{kind}"]', text)
+    path = out / "configs" / f"matched-{kind}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
 
 
 def init_config(out: Path, init: str) -> Path:
     """configs/primal-dt.toml with model.primal_init = init, as a config of its own name
     (primal-dt-<init>-init), so that the report sets the two side by side."""
     text = re.sub(r"(?m)^primal_init = .*\n", "", named_config_path("primal-dt").read_text())
-    path = out / f"primal-dt-{init}-init.toml"
+    path = out / "configs" / f"primal-dt-{init}-init.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text.replace("[model]\n", f'[model]\nprimal_init = "{init}"\n', 1))
     return path
+
+
+def comparison(args: argparse.Namespace, out: Path) -> tuple[str, str, str, list[str]]:
+    """(configs for the sweep, docs section, what is compared, extra settings)."""
+    if args.compare_init:
+        configs = [str(init_config(out, init)) for init in PRIMAL_INITS]
+        return ",".join(configs), "results-init", "Primal-DT with each initialisation", SMALL
+    if args.paper:
+        return "dt,primal-dt", "results-paper", "the papers' DT and Primal.+DT configs", []
+    kinds = list(ATTENTIONS) if args.attentions == "all" else args.attentions.split(",")
+    configs = ",".join(str(matched_config(out, kind)) for kind in kinds)
+    section = "results-attentions" if len(kinds) > 2 else "results"
+    return configs, section, f"the matched config with {', '.join(kinds)} in its last block", []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, help="training steps per run (the config's)")
+    parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds (0,1,2,3,4)")
+    parser.add_argument("--dataset-steps", type=int, default=200000, help="steps recorded")
+    parser.add_argument("--tasks", help="tasks instead of the recorded medium ones")
+    parser.add_argument("--attentions", default="softmax,primal",
+                        help="kinds in the matched config's last block, or 'all' (softmax,primal)")  # fmt: skip
+    parser.add_argument("--episodes", type=int, help="final episodes per target (the config's)")
+    parser.add_argument("--parallel", type=int, default=2, help="runs at once (2)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", default="results", help="where datasets and runs go (results)")
+    parser.add_argument("--paper", action="store_true", help="the papers' configs at their budget")
+    parser.add_argument("--compare-init", action="store_true",
+                        help="Primal-DT with each initialisation of We and Wr (model.primal_init)")  # fmt: skip
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out).resolve()
+    env = {**os.environ, "MINARI_DATASETS_PATH": str(out / "minari")}
+    start = time.monotonic()
+    tasks = args.tasks.split(",") if args.tasks else record(out / "minari", args.dataset_steps, env)
+    configs, section, compared, settings = comparison(args, out)
+    if args.episodes is not None:
+        settings = [*settings, f"eval.final_episodes={args.episodes}"]
+    steps = ["--steps", str(args.steps)] if args.steps else []
+    # Each section's runs and report apart: the report covers every run below its folder.
+    runs, reported = out / f"{section}-runs", out / f"{section}-report"
+    primal_dt("sweep", "--tasks", ",".join(tasks), "--seeds", args.seeds, "--configs", configs,
+              "--runs-dir", str(runs), *steps, "--device", args.device,
+              "--parallel", str(args.parallel), "--offline",
+              *[a for s in settings for a in ("--set", s)], env=env)  # fmt: skip
+    primal_dt("report", str(runs), "--out", str(reported), env=env)
+    minutes = (time.monotonic() - start) / 60
+    report = (reported / "report.md").read_text()
+    pictures = copy_figures(reported, section)
+    seeds = len(args.seeds.split(","))
+    text = "\n".join([
+        f"Made by `python scripts/results.py` ({section}) on {date.today()}, "
+        f"{device_name_for(args.device)}, in {minutes:.0f} minutes: {len(tasks)} "
+        f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x {seeds} seeds.",
+        "",
+        section_of(report),
+        "",
+        *[f"![{name}](../{path.relative_to(ROOT)})\n" for name, path in pictures],
+    ])  # fmt: skip
+    print(text)
+    if args.write_docs:
+        write_section(section, text)
+        if section == "results":
+            write_section("results-summary", summary(report, tasks, seeds))
+
+
+def summary(report: str, tasks: list[str], seeds: int) -> str:
+    """The README's two lines: how many tasks show a difference, from the report's sentences."""
+    section = report.split("## Comparisons per task", 1)[-1].split("\n## ", 1)[0]
+    sentences = [line[2:] for line in section.splitlines() if line.startswith("- ")]
+    found = [s for s in sentences if " scores above " in s or " scores below " in s]
+    verdict = (
+        f"a difference on {len(found)} of {len(sentences)}: " + " ".join(found)
+        if found
+        else f"no difference detected on any of the {len(sentences)} (95% intervals overlap)"
+    )
+    return (
+        f"Matched DT against Primal-DT (only the last block's attention differs), {len(tasks)} "
+        f"datasets recorded here × {seeds} seeds, at a CPU budget: {verdict}. "
+        "Per-task scores, intervals and the paper's table: [Results](docs/results.md)."
+    )
+
+
+def copy_figures(reported: Path, section: str) -> list[tuple[str, Path]]:
+    """The report's figures, copied to scripts/figures/<section>_<name> for the docs."""
+    copied = []
+    for picture in sorted(reported.glob("*.png")):
+        target = FIGURES / f"{section}_{picture.name}"
+        shutil.copy(picture, target)
+        copied.append((picture.name, target))
+    return copied
 
 
 def device_name_for(device: str) -> str:
@@ -129,7 +179,7 @@ def device_name_for(device: str) -> str:
 
 def section_of(report: str) -> str:
     """The report's Markdown after its title, headings one level down, without its pictures
-    (which live beside report.md; the README shows the aggregate one)."""
+    (which live beside report.md; the docs show copies of them)."""
     lines = report.splitlines()[1:]
     kept = [line for line in lines if not line.startswith("![")]
     return "\n".join("#" + line if line.startswith("## ") else line for line in kept).strip()

@@ -1,6 +1,8 @@
 """primal-dt report: runs are grouped by the task, config name and seed their config.json records
 (never by folder names), a second run of the same (task, config, seed) is named in the notes and
-counted once, and the report's figures keep every text inside the figure."""
+counted once; per task every seed's score, its mean and Student's t interval, the dataset's own
+score beside it; aggregates only at enough seeds, each dataset counted once; the paper's numbers in
+a table of their own; the report's figures keep every text inside the figure."""
 
 from __future__ import annotations
 
@@ -8,11 +10,14 @@ import csv
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
+import scipy.stats
 from conftest import train_args
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
@@ -20,8 +25,14 @@ from scipy.stats import trim_mean
 
 from primal_dt.cli import main
 from primal_dt.common.resources import resource_dir
+from primal_dt.data.episodes import ReferenceScores, open_dataset
+from primal_dt.data.recording import random_policy, record_episodes, write_dataset
 from primal_dt.evaluation import plots
-from primal_dt.tools.report import aggregates, collect, group, paper_scores, write_report
+from primal_dt.store.rundir import RunDir, read_snapshot, write_snapshot
+from primal_dt.tools.paper import paper_scores
+from primal_dt.tools.report import paper_table, write_report
+from primal_dt.tools.runs import collect, data_identity, group, same_data
+from primal_dt.tools.statistics import aggregates
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +47,15 @@ def trained(minari_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     return run
 
 
+def default_ids(task: str) -> list[str]:
+    """The dataset ids a task name stands for here: a dataset id as it is, else the official one
+    (hopper-medium: mujoco/hopper/medium-v0), so that every task of a test has data of its own."""
+    if "/" in task:
+        return [task]
+    env, _, quality = task.partition("-")
+    return [f"mujoco/{env}/{quality}-v0"]
+
+
 def place(
     run: Path,
     folder: Path,
@@ -44,10 +64,14 @@ def place(
     task: str | None = None,
     score: float | None = None,
     reference: bool = True,
+    during: float | None = None,
+    ids: list[str] | None = None,
 ) -> None:
     """A copy of run in folder, recorded in its config.json as this config name, seed and task;
-    every evaluation record scoring `score` where given; without reference scores (and without its
-    checkpoint, which holds them too) where reference is False."""
+    its evaluations at their first target scoring `score` where given; with an evaluation during
+    training (step 5) scoring `during` where given; recording the dataset ids `ids` (default: the
+    task's, default_ids); without reference scores (and without its checkpoint, which holds them
+    too) where reference is False."""
     shutil.copytree(run, folder)
     path = folder / "config.json"
     data = json.loads(path.read_text())
@@ -58,14 +82,29 @@ def place(
     if task is not None:
         data["task"] = task
     path.write_text(json.dumps(data))
+    ids = ids or default_ids(data["task"])
     path = folder / "eval.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for record in records:
-        record["score"] = record["score"] if score is None else score
-        record["reference"] = record["reference"] if reference else None
+        first = record["results"][0]
+        if score is not None:
+            record["score"] = first["normalized_mean"] = first["return_mean"] = score
+        if not reference:
+            record["reference"] = first["normalized_mean"] = None
+        record["dataset_ids"] = ids
+    if during is not None:
+        early = json.loads(json.dumps(records[0]))
+        early.update(step=5, final=False)
+        early["score"] = early["results"][0]["normalized_mean"] = during
+        records.insert(0, early)
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    checkpoint = folder / "ckpt.pt"
     if not reference:
-        (folder / "ckpt.pt").unlink()
+        checkpoint.unlink()
+    else:
+        snapshot = read_snapshot(checkpoint)
+        task_record = replace(snapshot.task, name=data["task"], dataset_ids=tuple(ids))
+        write_snapshot(checkpoint, replace(snapshot, task=task_record))
 
 
 def outside(figure: Any) -> list[str]:
@@ -85,6 +124,39 @@ def outside(figure: Any) -> list[str]:
         or extent.x1 > box.x1 + 0.5
         or extent.y1 > box.y1 + 0.5
     ]
+
+
+def cells(table: str, start: str) -> list[str]:
+    """The cells of the table's line that starts with `start`."""
+    line = next(line for line in table.splitlines() if line.startswith(start))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def table_rows(text: str) -> dict[tuple[str, str], dict[str, str]]:
+    """The per-task table of report.md (or of markdown_table's text): (task, config) -> column ->
+    cell."""
+    table = text.split("## Comparisons")[0]
+    header = cells(table, "| task |")
+    found = {}
+    for line in table.splitlines():
+        if line.startswith("| ") and not line.startswith(("| task |", "|---")):
+            row = dict(zip(header, [c.strip() for c in line.strip("|").split("|")], strict=True))
+            found[row["task"].strip("*"), row["config"]] = row
+    return found
+
+
+def interval(text: str) -> tuple[float, float, float]:
+    """(point, low, high) of "point [low, high]"."""
+    found = re.fullmatch(r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", text)
+    assert found, text
+    point, low, high = map(float, found.groups())
+    assert low <= point <= high, text
+    return point, low, high
+
+
+def section(text: str, title: str) -> str:
+    """The text of report.md's section `## title`, up to the next section."""
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def test_report_groups_by_recorded_task_config_and_seed(
@@ -110,17 +182,35 @@ def test_report_groups_by_recorded_task_config_and_seed(
     assert list(rows) == [("hopper-medium", "dt"), ("hopper-medium", "primal-dt"),
                           ("average", "dt"), ("average", "primal-dt")]  # fmt: skip
     dt, primal = rows["hopper-medium", "dt"], rows["hopper-medium", "primal-dt"]
-    assert dt["seeds"] == "0 1 2 3" and dt["n_final"] == "4" and dt["n_best"] == "4"
+    assert dt["seeds"] == "0 1 2 3" and dt["n_final"] == "4"
     assert primal["seeds"] == "0" and primal["n_final"] == "1"
     assert (
         "| hopper-medium | dt | 0,1,2,3 |" in table and "| hopper-medium | primal-dt | 0 |" in table
     )
     assert " seeds)" not in table  # every seed has its scores: no "(k of n seeds)"
-    # The copies score alike, so a mean over any number of them is the run's own score.
-    final = json.loads((trained / "eval.jsonl").read_text().splitlines()[-1])["score"]
+    # The copies score alike, so a mean over any number of them is the run's own score, at the
+    # run's first (here its only) target.
+    record = json.loads((trained / "eval.jsonl").read_text().splitlines()[-1])
+    final = record["results"][0]["normalized_mean"]
     assert float(dt["final_mean"]) == pytest.approx(final, abs=1e-4)
-
+    assert dt["final_scores"] == " ".join([f"{final:.4f}"] * 4) and dt["target"] == "1800"
+    # No run was evaluated during training: no best column, in the table or the CSV.
+    assert "n_best" not in dt and "best (max" not in table
     text = (report / "report.md").read_text()
+    assert "No best column: no run was evaluated during training" in text
+
+    # The dataset's own normalised return, from its episodes and the runs' reference scores.
+    episodes = open_dataset("mujoco/hopper/medium-v0", download=False).iterate_episodes()
+    returns = [float(np.sum(episode.rewards)) for episode in episodes]
+    behaviour = ReferenceScores(**record["reference"]).normalize(np.array(returns)).mean()
+    assert float(dt["dataset_behaviour"]) == pytest.approx(behaviour, abs=1e-4)
+    assert table_rows(table)["hopper-medium", "dt"]["dataset (behaviour)"] == f"{behaviour:.1f}"
+    # The parameter count of the model the checkpoint holds, so a comparison shows its sizes.
+    model = read_snapshot(RunDir(trained).checkpoint).build_model()
+    count = sum(p.numel() for p in model.parameters())
+    assert dt["parameters"] == str(count)
+    assert table_rows(table)["hopper-medium", "dt"]["parameters"] == f"{count:,}"
+
     assert "5 runs" in text and "1 duplicate" in text
     notes = text.split("## Notes")[1]
     duplicate = [line for line in notes.splitlines() if "zz-again" in line]
@@ -160,108 +250,188 @@ def test_long_titles_fit_in_narrow_figures() -> None:
         assert task in " ".join(figure.get_suptitle().split())
 
 
-# Final scores per (task, config), one per seed 0, 1, 2: varied, overlapping between configs.
+# Final scores per (task, config), one per seed 0, 1, 2: on hopper-medium overlapping between the
+# configs, on walker2d-medium apart.
 SCORES = {
     ("hopper-medium", "dt"): [40.0, 55.0, 47.0],
     ("hopper-medium", "primal-dt"): [52.0, 44.0, 61.0],
     ("walker2d-medium", "dt"): [70.0, 81.0, 64.0],
-    ("walker2d-medium", "primal-dt"): [77.0, 90.0, 120.0],  # one above 100: the gap clips it
+    ("walker2d-medium", "primal-dt"): [110.0, 112.0, 114.0],
 }
-NO_REFERENCE = "test/hopper/random-v0"  # a dataset-id task: no reference scores, no paper numbers
+NO_REFERENCE = "test/hopper/random-v0"  # a dataset-id task: no reference scores
+# Five seeds (0-4) per (task, config): enough for the aggregates.
+SCORES5 = {
+    ("hopper-medium", "dt"): [40.0, 55.0, 47.0, 51.0, 44.0],
+    ("hopper-medium", "primal-dt"): [52.0, 44.0, 61.0, 58.0, 49.0],
+    ("walker2d-medium", "dt"): [70.0, 81.0, 64.0, 75.0, 68.0],
+    ("walker2d-medium", "primal-dt"): [77.0, 90.0, 120.0, 85.0, 95.0],  # one above 100: clipped
+}
 
 
-def cells(table: str, start: str) -> list[str]:
-    """The cells of the table's line that starts with `start`."""
-    line = next(line for line in table.splitlines() if line.startswith(start))
-    return [cell.strip() for cell in line.strip("|").split("|")]
+def t95(values: list[float]) -> tuple[float, float]:
+    """Student's t 95% interval of the mean, by scipy's own t.interval."""
+    low, high = scipy.stats.t.interval(
+        0.95, len(values) - 1, loc=np.mean(values), scale=scipy.stats.sem(values)
+    )
+    return float(low), float(high)
 
 
-def interval(text: str) -> tuple[float, float, float]:
-    """(point, low, high) of "point [low, high]"."""
-    found = re.fullmatch(r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", text)
-    assert found, text
-    point, low, high = map(float, found.groups())
-    assert low <= point <= high, text
-    return point, low, high
-
-
-def test_aggregates_intervals_and_the_papers_numbers(
-    trained: Path, tmp_path: Path, saved_figures: list[tuple[Path, Any]]
+def test_per_task_scores_intervals_comparisons_and_the_papers_table(
+    trained: Path, tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs"
     for (task, config), scores in SCORES.items():
         for seed, score in enumerate(scores):
-            place(trained, runs / f"{task}-{config}-{seed}", config, seed, task, score)
+            during = score + 5.0 if config == "primal-dt" else None  # evaluated during training
+            place(
+                trained, runs / f"{task}-{config}-{seed}", config, seed, task, score, True, during
+            )
     for seed in (0, 1):
         place(trained, runs / f"none-{seed}", "dt", seed, NO_REFERENCE, reference=False)
+    text, _ = write_report(runs)
+    report = runs / "report"
+    md = (report / "report.md").read_text()
+    table = table_rows(md)
+    assert table == table_rows(text)  # write_report returns the per-task table
+
+    # Per task and config: every seed's score, their mean, their Student's t 95% interval.
+    row = table["hopper-medium", "dt"]
+    assert row["final, per seed"] == "40.0, 55.0, 47.0"
+    assert row["final mean"] == "47.3" and "±" not in row["final mean"]
+    low, high = t95(SCORES["hopper-medium", "dt"])
+    assert row["final 95% interval (Student's t)"] == f"[{low:.1f}, {high:.1f}]"
+    assert "t(0.975, n − 1) · s / √n" in md and "(ddof 1)" in md
+    assert "not over other datasets" in md
+    csv_rows = {(r["task"], r["config"]): r for r in csv.DictReader((report / "report.csv").open())}
+    hopper = csv_rows["hopper-medium", "dt"]
+    assert float(hopper["final_t95_low"]) == pytest.approx(low, abs=1e-4)
+    assert float(hopper["final_t95_high"]) == pytest.approx(high, abs=1e-4)
+    assert float(hopper["final_std_ddof1"]) == pytest.approx(
+        np.std(SCORES["hopper-medium", "dt"], ddof=1), abs=1e-4
+    )
+    assert hopper["final_scores"] == "40.0000 55.0000 47.0000"
+    assert "paper" not in hopper and "final_ci_low" not in hopper
+    # A task without reference scores keeps its return, marked.
+    assert table[NO_REFERENCE, "dt"]["final mean"].endswith("(return)")
+    assert table[NO_REFERENCE, "dt"]["dataset (behaviour)"].endswith("(return)")
+    # The dataset's own score: hopper-medium's is here, walker2d-medium's is not.
+    assert re.fullmatch(r"-?\d+\.\d", table["hopper-medium", "dt"]["dataset (behaviour)"])
+    assert table["walker2d-medium", "dt"]["dataset (behaviour)"] == "n/a (dataset not here)"
+    assert csv_rows["walker2d-medium", "dt"]["dataset_behaviour"] == ""
+    assert all(r["target"] == "1800" for key, r in table.items() if key[0] != "average")
+
+    # best: where a group's runs were evaluated during training, its max over evaluations.
+    best = "best (max over evaluations)"
+    assert table["hopper-medium", "primal-dt"][best] == f"{np.mean([57.0, 49.0, 66.0]):.1f}"
+    assert table["hopper-medium", "dt"][best] == "no evaluations during training"
+    assert "a max over evaluations, so optimistic" in md
+    assert csv_rows["hopper-medium", "primal-dt"]["best_mean"] == f"{np.mean([57, 49, 66]):.4f}"
+
+    # Sentences from the intervals: overlapping on hopper-medium, apart on walker2d-medium.
+    comparisons = section(md, "Comparisons per task")
+    a, b = t95(SCORES["hopper-medium", "primal-dt"]), (low, high)
+    assert (
+        f"No difference between primal-dt and dt was detected on hopper-medium at this budget "
+        f"(intervals [{a[0]:.1f}, {a[1]:.1f}] and [{b[0]:.1f}, {b[1]:.1f}] overlap)."
+    ) in comparisons
+    a, b = t95(SCORES["walker2d-medium", "primal-dt"]), t95(SCORES["walker2d-medium", "dt"])
+    assert (
+        f"primal-dt scores above dt on walker2d-medium (95% intervals [{a[0]:.1f}, {a[1]:.1f}] "
+        f"and [{b[0]:.1f}, {b[1]:.1f}] do not overlap)."
+    ) in comparisons
+
+    # Three seeds per task: no aggregates, and one sentence says what is missing and why.
+    aggregated = section(md, "Aggregates over tasks")
+    assert "| config | tasks |" not in aggregated and not (report / "aggregates.png").exists()
+    assert (
+        "No aggregates over tasks and no probability of improvement: they need at least 5 seeds "
+        "of each config on each of at least 2 tasks (with fewer, a stratified bootstrap interval "
+        "covers the true value much less often than its nominal 95%), and these runs have dt: 3 "
+        "final scores on hopper-medium, 3 on walker2d-medium; primal-dt: 3 final scores on "
+        "hopper-medium, 3 on walker2d-medium." in aggregated
+    )
+    assert f"{NO_REFERENCE} (dt): no reference scores" in aggregated  # left out, said so
+
+    # The paper's numbers: never in our table, in a table of their own.
+    assert all("DT 64.2" not in cell for row in table.values() for cell in row.values())
+    paper = section(md, "The paper's table")
+    assert "not directly comparable" in paper and "a million steps" in paper
+    assert "Flowformer reproduction of DT" in paper and "gym v3" in paper
+    assert "- hopper-medium: DT 64.2 ± 1.1 / Linear 58.7 ± 0.4" in paper
+    assert "| hopper-medium | 64.2 ± 1.1 | 58.7 ± 0.4 |" in paper
+
+
+def test_aggregates_with_enough_seeds_and_the_same_numbers_twice(
+    trained: Path, tmp_path: Path, saved_figures: list[tuple[Path, Any]]
+) -> None:
+    runs = tmp_path / "runs"
+    for (task, config), scores in SCORES5.items():
+        for seed, score in enumerate(scores):
+            place(trained, runs / f"{task}-{config}-{seed}", config, seed, task, score)
+    for task in ("hopper-medium", "walker2d-medium"):  # a third config, of 3 seeds only
+        for seed, score in enumerate([20.0, 22.0, 21.0]):
+            place(trained, runs / f"{task}-linear-{seed}", "linear-dt", seed, task, score)
     assert main(["report", str(runs)]) == 0
     saved = {path.name: figure for path, figure in saved_figures}
     report = runs / "report"
     text = (report / "report.md").read_text()
-    table, section = text.split("## Aggregates over tasks")
-    section = section.split("## Attention spectrum")[0]
+    aggregated = section(text, "Aggregates over tasks")
 
-    # Per task and config: the final score's mean and its bootstrap CI over seeds.
-    header = cells(table, "| task |")
-    row = dict(zip(header, cells(table, "| hopper-medium | dt | 0,1,2 |"), strict=True))
-    mean = float(row["final"].split(" ± ")[0])
-    low, high = map(float, row["final 95% CI"].strip("[]").split(", "))
-    assert low <= mean <= high and low < high and mean == pytest.approx(47.3, abs=0.05)
-    csv_rows = {(r["task"], r["config"]): r for r in csv.DictReader((report / "report.csv").open())}
-    hopper = csv_rows["hopper-medium", "dt"]
-    assert float(hopper["final_ci_low"]) == pytest.approx(low, abs=0.05)
-    assert float(hopper["final_ci_high"]) == pytest.approx(high, abs=0.05)
-
-    # Across tasks, per config: IQM, mean and optimality gap with their intervals.
+    # Across tasks, per config: IQM, mean and optimality gap with their intervals, and the
+    # intervals' simulated coverage at this report's shape.
     for config in ("dt", "primal-dt"):
-        found = cells(section, f"| {config} | hopper-medium, walker2d-medium |")
-        assert found[2] == "6 runs (3 seeds × 2 tasks)"
-        scores = np.array([SCORES["hopper-medium", config], SCORES["walker2d-medium", config]])
-        iqm, mean, gap = (interval(cell)[0] for cell in found[3:])
+        found = cells(aggregated, f"| {config} | hopper-medium, walker2d-medium |")
+        assert found[2] == "10 runs (5 seeds × 2 tasks)"
+        scores = np.array([SCORES5["hopper-medium", config], SCORES5["walker2d-medium", config]])
+        iqm, mean, gap = (interval(cell)[0] for cell in found[3:6])
         assert iqm == pytest.approx(trim_mean(scores.ravel(), 0.25), abs=0.05)
         assert mean == pytest.approx(scores.mean(), abs=0.05)
         assert gap == pytest.approx(100 - np.minimum(scores, 100).mean(), abs=0.05)
+        assert re.fullmatch(
+            r"nominal 95%; \d+% in a simulation of normal scores at 5 seeds × 2 tasks", found[6]
+        ), found[6]
+    assert "not other datasets, tasks or environments" in aggregated
+    # The config of 3 seeds: no aggregates and no probability of improvement, said why.
+    assert "| linear-dt |" not in aggregated
+    assert (
+        "- linear-dt: no aggregates over tasks: they need at least 5 seeds of each config on "
+        "each of at least 2 tasks (with fewer, a stratified bootstrap interval covers the true "
+        "value much less often than its nominal 95%), and it has 3 final scores on "
+        "hopper-medium, 3 on walker2d-medium." in aggregated
+    )
+    assert (
+        "No probability of improvement P(linear-dt > dt): they need at least 5 seeds of each "
+        "config on each of at least 2 tasks" in aggregated
+    )
+    assert "and these runs have linear-dt: 3 final scores on hopper-medium" in aggregated
+    # Every config against dt, on every task: linear-dt's 3 seeds lie below dt's.
+    comparisons = section(text, "Comparisons per task")
+    assert "linear-dt scores below dt on hopper-medium (95% intervals" in comparisons
     found, _ = aggregates(group(collect(runs, skip=report, spectra=False)))
     primal = next(agg for agg in found if agg.config == "primal-dt")
-    flat = np.array(SCORES["hopper-medium", "primal-dt"] + SCORES["walker2d-medium", "primal-dt"])
+    flat = np.array(SCORES5["hopper-medium", "primal-dt"] + SCORES5["walker2d-medium", "primal-dt"])
     assert primal.points[0] == pytest.approx(trim_mean(flat, 0.25))
-    assert f"{NO_REFERENCE} (dt): no reference scores" in section  # left out, said so
 
     # Primal-DT against DT: P(a primal-dt run beats a dt run on the same task), ties count half.
-    found = re.search(r"P\(primal-dt > dt\).* the 2 tasks both ran .*: (\S+ \[\S+, \S+\])\.",
-                      section)  # fmt: skip
-    assert found, section
-    point, low, high = interval(found.group(1))
+    found_p = re.search(r"P\(primal-dt > dt\).* the 2 tasks both ran .*: (\S+ \[\S+, \S+\])\.",
+                        aggregated)  # fmt: skip
+    assert found_p, aggregated
+    point, low, high = interval(found_p.group(1))
     by_hand = []
     for task in ("hopper-medium", "walker2d-medium"):
-        x = np.array(SCORES[task, "primal-dt"])[:, None]
-        y = np.array(SCORES[task, "dt"])[None, :]
+        x = np.array(SCORES5[task, "primal-dt"])[:, None]
+        y = np.array(SCORES5[task, "dt"])[None, :]
         by_hand.append((x > y).mean() + 0.5 * (x == y).mean())
     assert point == pytest.approx(np.mean(by_hand), abs=0.005) and low < high
 
-    # The paper's numbers beside ours, where the task has a counterpart there.
-    column = "paper (D4RL v2, gym v3) [P]"
-    assert column in header
-    paper = {key: dict(zip(header, cells(table, f"| {key[0]} | {key[1]} |"), strict=True))[column]
-             for key in [*SCORES, (NO_REFERENCE, "dt")]}  # fmt: skip
-    assert paper == {
-        ("hopper-medium", "dt"): "DT 64.2 ± 1.1",
-        ("hopper-medium", "primal-dt"): "Primal.+DT 74.5 ± 0.6",
-        ("walker2d-medium", "dt"): "DT 70.6 ± 3.2",
-        ("walker2d-medium", "primal-dt"): "Primal.+DT 77.9 ± 7.8",
-        (NO_REFERENCE, "dt"): "",
-    }  # fmt: skip
-    note = next(line for line in table.splitlines() if line.startswith("[P] "))
-    assert "D4RL v2 datasets with gym v3 environments" in note and "3 seeds" in note
-    assert "Flowformer reproduction of DT" in note and "Minari" in note
-    assert csv_rows["hopper-medium", "primal-dt"]["paper"] == "Primal.+DT 74.5 ± 0.6"
-
     # The figures, each with a caption that counts its runs; their texts stay inside them.
-    counts = "from 12 runs (dt: 6 runs (3 seeds × 2 tasks); primal-dt: 6 runs (3 seeds × 2 tasks))"
+    counts = (
+        "from 20 runs (dt: 10 runs (5 seeds × 2 tasks); primal-dt: 10 runs (5 seeds × 2 tasks))"
+    )
     for name in ("aggregates.png", "performance_profile.png"):
         assert (report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert f"![{name[:-4]}]({name})" in section
-        caption = next(line for line in section.splitlines() if line.startswith(f"*{name}*"))
+        assert f"![{name[:-4]}]({name})" in aggregated
+        caption = next(line for line in aggregated.splitlines() if line.startswith(f"*{name}*"))
         assert counts in caption and "2000 resamples, seed 0" in caption, caption
         assert outside(saved[name]) == [], name
 
@@ -276,42 +446,92 @@ def test_aggregates_intervals_and_the_papers_numbers(
 def test_one_seed_or_one_task_says_what_cannot_be_computed(trained: Path, tmp_path: Path) -> None:
     one_task = tmp_path / "one_task"
     for config in ("dt", "primal-dt"):
-        for seed, score in enumerate(SCORES["hopper-medium", config]):
+        for seed, score in enumerate(SCORES5["hopper-medium", config]):
             place(trained, one_task / f"{config}-{seed}", config, seed, score=score)
-    text, _ = write_report(one_task)
+    write_report(one_task)
     report = (one_task / "report" / "report.md").read_text()
-    for config in ("dt", "primal-dt"):
-        assert (
-            f"{config}: no aggregates: they need normalised final scores on at least 2 tasks, and "
-            "it has them on 1" in report
-        )
+    assert (
+        "No aggregates over tasks and no probability of improvement: they need at least 5 seeds "
+        "of each config on each of at least 2 tasks" in report
+    )
+    assert (
+        "and these runs have dt: normalised final scores on 1 task; primal-dt: normalised final "
+        "scores on 1 task." in report
+    )
     assert "| config | tasks |" not in report and "No aggregate figures" in report
     assert not (one_task / "report" / "aggregates.png").exists()
-    assert re.search(r"over the 1 task both ran .*: \S+ \[\S+, \S+\]\.", report)
 
     one_seed = tmp_path / "one_seed"
     for (task, config), scores in SCORES.items():
         place(trained, one_seed / f"{task}-{config}", config, 0, task, scores[0])
     text, _ = write_report(one_seed)
     report = (one_seed / "report" / "report.md").read_text()
-    header = cells(text, "| task |")
-    row = dict(zip(header, cells(text, "| hopper-medium | dt | 0 |"), strict=True))
-    assert row["final 95% CI"] == "a confidence interval needs at least 2 seeds"
-    found = cells(report, "| dt | hopper-medium, walker2d-medium |")
-    assert found[2] == "2 runs (1 seed × 2 tasks)"
-    assert found[3] == f"{trim_mean([40.0, 70.0], 0.25):.1f}"
-    assert all("[" not in cell for cell in found)
+    row = table_rows(text)["hopper-medium", "dt"]
+    assert row["final, per seed"] == "40.0" and row["final mean"] == "40.0"
+    assert row["final 95% interval (Student's t)"] == "none: 1 seed (an interval needs at least 2)"
     assert (
-        "- dt: point estimates only: a confidence interval needs at least 2 seeds per task, and "
-        "it has 1" in report
+        "primal-dt against dt on hopper-medium: no comparison, primal-dt and dt have fewer than "
+        "2 seeds (no interval)." in report
     )
-    assert re.search(r"P\(primal-dt > dt\).*: 1\.00; a confidence interval needs at least 2 "
-                     r"seeds of each config per task\.", report)  # fmt: skip
-    caption = next(line for line in report.splitlines() if line.startswith("*aggregates.png*"))
-    assert "from 4 runs (dt: 2 runs (1 seed × 2 tasks); primal-dt: 2 runs" in caption
+    assert "| config | tasks |" not in report
+    assert "dt: 1 final score on hopper-medium, 1 on walker2d-medium;" in report
 
 
-def test_the_papers_table_is_data_beside_the_report() -> None:
+def test_a_dataset_is_counted_once(trained: Path, tmp_path: Path, minari_root: Path) -> None:
+    """Two datasets recorded alike (the same recipe, policy file and seed) under two ids are the
+    same data: the second task of them is named in the notes and left out of the averages."""
+    hopper = "Hopper-v5"
+    made = {"recipe": "policy", "env_id": hopper, "seed": 7, "episodes": 2,
+            "policy": {"file": "a.zip", "sha256": "ab" * 32, "algorithm": "SAC"}}  # fmt: skip
+    for name in ("twin-a", "twin-b"):
+        episodes = record_episodes(hopper, random_policy(gym.make(hopper).action_space, 7), 2, 7)
+        write_dataset(f"test/hopper/{name}-v0", hopper, episodes, provenance=made)
+    runs = tmp_path / "runs"
+    place(trained, runs / "medium")
+    for name in ("twin-a", "twin-b"):
+        place(trained, runs / name, task=f"hopper-{name}", ids=[f"test/hopper/{name}-v0"])
+    text, _ = write_report(runs)
+    report = (runs / "report" / "report.md").read_text()
+    notes = section(report, "Notes")
+    assert (
+        "- hopper-twin-b and hopper-twin-a: their datasets are the same data (recipe policy on "
+        "Hopper-v5, policy sha256 abababababab, seed 7); the aggregates and average rows count "
+        "it once, as hopper-twin-a" in notes
+    )
+    assert "hopper-twin-b is left out of the aggregates and the average rows" in report
+    rows = {
+        (r["task"], r["config"]): r for r in csv.DictReader((runs / "report" / "report.csv").open())
+    }
+    assert rows["average", "dt"]["n_final"] == "2"  # hopper-medium and hopper-twin-a
+    assert "(2 of" not in table_rows(text)["average", "dt"]["final mean"]
+
+
+def test_same_data_by_provenance_or_ids() -> None:
+    recorded = {"recipe": "random", "env_id": "Hopper-v5", "seed": 0, "policy": "uniform-random"}
+    combined = {"recipe": "medium-expert", "env_id": "Hopper-v5", "seed": 0, "sources": [
+        {"id": "mujoco/hopper/medium-v0", "provenance": None},
+        {"id": "mujoco/hopper/expert-v0", "provenance": None}]}  # fmt: skip
+    provenance = {"local/a-v0": recorded, "local/b-v0": {**recorded, "created": "later"},
+                  "local/c-v0": {**recorded, "seed": 1}, "local/me-v0": combined}  # fmt: skip
+    datasets = {
+        "hopper-a": ["local/a-v0"],
+        "hopper-b": ["local/b-v0"],  # a's recipe, environment and seed: the same data
+        "hopper-c": ["local/c-v0"],  # another seed: other data
+        "hopper-medium-expert": ["mujoco/hopper/medium-v0", "mujoco/hopper/expert-v0"],
+        "hopper-me": ["local/me-v0"],  # the same two parts, combined into one dataset
+        "hopper-medium": ["mujoco/hopper/medium-v0"],  # a part only: not the same data
+        "mujoco/hopper/medium-v0": ["mujoco/hopper/medium-v0"],  # its dataset under its id
+    }
+    found = same_data(datasets, provenance.get)
+    assert [(s.task, s.same_as) for s in found] == [
+        ("hopper-b", "hopper-a"),
+        ("hopper-medium-expert", "hopper-me"),
+        ("mujoco/hopper/medium-v0", "hopper-medium"),
+    ]
+    assert data_identity("x/y-v0", lambda _: None) == frozenset({("id", "x/y-v0")})
+
+
+def test_the_papers_table_is_data_of_its_own() -> None:
     paper = paper_scores()
     columns = ["DT", "Linear", "Reformer", "Performer", "cosFormer", "Flowformer", "Primal.+DT"]
     assert list(paper.columns.values()) == columns  # one config per column (configs/)
@@ -332,3 +552,17 @@ def test_the_papers_table_is_data_beside_the_report() -> None:
     assert paper.cell("average", "flowformer-dt") == "Flowformer 73.5 ± 2.9"
     assert paper.cell("hopper-medium-replay", "other").startswith("DT 79.7 ± 7.4 / Linear 74.3")
     assert paper.cell("ant-medium", "dt") == ""
+
+    # Rendered: its 9 rows, environment by environment, then its average, every column with its
+    # ± as printed; the tasks of ours it has, in words below it.
+    text = paper_table(paper, ["hopper-medium", "ant-medium"])
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert lines[0] == "| task (D4RL v2) | " + " | ".join(columns) + " |"
+    tasks = [line.split(" | ")[0].strip("| ") for line in lines[1:]]
+    assert tasks == [f"{env}-{quality}" for env in ("halfcheetah", "hopper", "walker2d")
+                     for quality in ("medium", "medium-replay", "medium-expert")] + ["**average**"]  # fmt: skip
+    assert lines[-1] == ("| **average** | 72.2 ± 2.6 | 64.4 ± 6.5 | 63.9 ± 2.9 | 63.8 ± 7.6 | "
+                         "67.8 ± 7.6 | 73.5 ± 2.9 | 77.5 ± 6.0 |")  # fmt: skip
+    assert "| walker2d-medium-expert | 107.7 ± 0.6 | 67.2 ± 27.3 |" in text
+    assert "D4RL v2 datasets of a million steps" in text and "D4RL's reference scores" in text
+    assert "- hopper-medium: DT 64.2 ± 1.1" in text and "ant-medium" not in text

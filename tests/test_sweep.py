@@ -190,8 +190,8 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
     table = capsys.readouterr().out
     report = runs / "report"
     written = sorted(p.name for p in report.iterdir())
-    assert written == ["aggregates.png", "curves_hopper-expert.png", "curves_hopper-medium.png",
-                       "performance_profile.png", "report.csv", "report.md",
+    # 2 seeds: no aggregates (they need 5), so no aggregate figures.
+    assert written == ["curves_hopper-expert.png", "curves_hopper-medium.png", "report.csv", "report.md",
                        "spectrum_hopper-expert.png", "spectrum_hopper-medium.png"]  # fmt: skip
     for png in report.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
@@ -200,13 +200,12 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
         ("hopper-expert", "dt"), ("hopper-expert", "primal-dt"), ("hopper-medium", "dt"),
         ("hopper-medium", "primal-dt"), ("average", "dt"), ("average", "primal-dt")]  # fmt: skip
     for row in rows[:4]:
-        assert row["seeds"] == "0 1" and row["n_final"] == "2" and row["n_best"] == "2"
+        assert row["seeds"] == "0 1" and row["n_final"] == "2" and "n_best" not in row
         assert row["steps"] == "10" and row["reference_source"].startswith("D4RL reference")
         assert row["dataset_ids"] == f"mujoco/hopper/{row['task'].split('-')[1]}-v0"
         finals = [read_results(RunDir(runs / row["task"] / f"{row['config']}-s{s}"))[-1].score
                   for s in (0, 1)]  # fmt: skip
         assert float(row["final_mean"]) == pytest.approx(np.mean(finals), abs=1e-4)
-        assert float(row["best_mean"]) >= float(row["final_mean"]) - 1e-4
     average = rows[5]
     expected = np.mean([float(r["final_mean"]) for r in rows[:4] if r["config"] == "primal-dt"])
     assert float(average["final_mean"]) == pytest.approx(expected, abs=1e-3)

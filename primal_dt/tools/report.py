@@ -1,419 +1,279 @@
-"""`primal-dt report RUNS_DIR`: the paper's table and pictures from a directory of runs.
+"""`primal-dt report RUNS_DIR`: report.md, report.csv and the figures of a directory of runs.
 
-Every run directory under RUNS_DIR (a folder with config.json) is read: config.json for the task,
-the config's name and its settings, eval.jsonl for scores, TensorBoard events for the KSVD loss,
-ckpt.pt for the dataset, reference scores and the attention spectrum. Runs are grouped by the
-(task, config name) their config.json records, never by folder names, and a group's seeds are the
-train.seed each run's config.json records; a second run of the same (task, config, seed) is counted
-once (the one trained furthest) and named in the notes. Per group, over seeds:
-
-- final: the score of the final evaluation (eval.final_episodes episodes per target);
-- best: the best score of any evaluation during training (a max over evaluations: optimistic).
-
-A score is the best target's normalised score, 100 (R - R_random) / (R_expert - R_random), or its
-return where no reference scores are known (marked). Missing pieces are marked, never fatal.
-
-Intervals come from rliable (Agarwal et al. 2021), never re-implemented here: a 95% percentile
-bootstrap CI of each group's final score over seeds; per config, the IQM, mean and optimality gap
-of the normalised final scores over tasks with stratified bootstrap CIs; the probability that
-primal-dt beats dt; performance profiles. BOOTSTRAP_REPS resamples, numpy's global generator seeded
-with BOOTSTRAP_SEED before each estimate: the same runs give the same numbers. Where a task has a
-counterpart in the Primal-Attention paper's D4RL table (paper_scores.toml), its numbers stand
-beside ours.
+This module only renders: which runs count and what their scores are is decided in runs.py, every
+number and interval in statistics.py, so a table cannot print what was not computed there.
+report.md holds, in order: the scores per task (each seed's, their mean and Student's t interval,
+the best evaluation where there were evaluations during training, the dataset's own score); a
+sentence per config and task against the baseline config; the aggregates over tasks (only at
+MIN_SEEDS_FOR_AGGREGATES seeds, with their simulated coverage); the attention spectrum with its
+sentences; the Primal-Attention paper's table, apart from ours (it is not comparable); figures
+and notes.
 
 Writes report.md, report.csv, curves_<task>.png, spectrum_<task>.png, for runs with a target
-sweep return_curve_<task>.png, and with normalised scores on at least 2 tasks aggregates.png and
-performance_profile.png.
+sweep return_curve_<task>.png, and with aggregates aggregates.png and performance_profile.png.
 """
 
 from __future__ import annotations
 
 import csv
-import sys
-import tomllib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import cache
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from primal_dt.common.errors import PrimalDTError
-from primal_dt.data.episodes import ReferenceScores
-from primal_dt.evaluation.conditioning import curve_points, read_curve
+from primal_dt.evaluation.conditioning import curve_points
 from primal_dt.method.registry import attention_label
-from primal_dt.store.dashboards import copy_run, read_scalars, write_layout
-from primal_dt.store.results import EvalRecord, read_results
-from primal_dt.store.rundir import (
-    RunDir,
-    find_runs,
-    read_run_config,
-    read_snapshot,
-    run_dir_name,
-    safe_name,
+from primal_dt.store.dashboards import copy_run, write_layout
+from primal_dt.store.rundir import safe_name
+from primal_dt.tools.paper import PaperScores, paper_scores
+from primal_dt.tools.runs import (
+    Behaviour,
+    ReportError,
+    Row,
+    RunSummary,
+    SameData,
+    behaviour_scores,
+    collect,
+    distinct,
+    group,
+    read_run,
+    same_data,
+    task_datasets,
+    unique,
+)
+from primal_dt.tools.statistics import (
+    BOOTSTRAP_REPS,
+    BOOTSTRAP_SEED,
+    CONFIDENCE,
+    GAMMA,
+    METRICS,
+    MIN_SEEDS_FOR_AGGREGATES,
+    NEEDED,
+    SIMULATED_MEANS,
+    SIMULATED_SPREADS,
+    SIMULATION_BOOTSTRAPS,
+    SIMULATION_REPS,
+    Aggregate,
+    Improvement,
+    aggregates,
+    baseline_config,
+    compare_intervals,
+    compare_ranks,
+    improvement,
+    rliable_modules,
+    sample_std,
+    seeded,
+    shortfall,
+    simulated_coverage,
+    t_interval,
 )
 
+__all__ = [
+    "ReportError",
+    "aggregates",
+    "collect",
+    "group",
+    "markdown_table",
+    "paper_scores",
+    "read_run",
+    "spectrum_table",
+    "write_report",
+]
 
-class ReportError(PrimalDTError):
-    """Nothing to report on, or rliable missing."""
-
-
-BOOTSTRAP_REPS = 2000  # bootstrap resamples of every interval
-BOOTSTRAP_SEED = 0  # numpy's global generator is seeded with it before every estimate
-METRICS = ("IQM", "mean", "optimality gap")
-GAMMA = 100.0  # the optimality gap's threshold: an expert's normalised score
-BETTER, BASELINE = "primal-dt", "dt"  # the probability of improvement is P(BETTER > BASELINE)
-NO_INTERVAL = "a confidence interval needs at least 2 seeds"
-
-
-@dataclass
-class RunSummary:
-    """What the report needs from one run directory."""
-
-    path: Path
-    task: str
-    config: str
-    seed: int
-    steps: int  # configured train.steps
-    block_kinds: list[str]  # each block's attention (method/registry.py)
-    step: int | None = None  # its checkpoint's
-    final: float | None = None
-    best: float | None = None
-    normalized: bool = True  # scores are normalised (reference scores known)
-    reference: str | None = None
-    dataset_ids: list[str] = field(default_factory=list)
-    scores: list[tuple[int, float]] = field(default_factory=list)  # (step, score) per evaluation
-    ksvd: list[tuple[int, float]] = field(default_factory=list)
-    spectra: list[np.ndarray] | None = None
-    curve: EvalRecord | None = None  # the latest return-conditioning curve (conditioning.py)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return str(run_dir_name(self.task, self.config, self.seed))
+NO_INTERVAL = "none: 1 seed (an interval needs at least 2)"
+NO_TRAINING_EVALUATIONS = "no evaluations during training"
 
 
-def read_run(path: Path, spectra: bool = True) -> RunSummary:
-    """The summary of one run directory; whatever is missing or broken becomes a note."""
-    run_dir = RunDir(path)
-    started = read_run_config(run_dir)
-    summary = RunSummary(
-        path=path,
-        task=started.task,
-        config=started.config_name,
-        seed=started.config.train.seed,
-        steps=started.config.train.steps,
-        block_kinds=started.config.model.block_kinds(),
+# ---- scores per task --------------------------------------------------------------------------
+
+
+def _with_best(rows: list[Row]) -> bool:
+    """Whether the report has a best column: some run was evaluated during training."""
+    return any(row.evaluated_during_training for row in rows)
+
+
+def _mean_cell(values: list[float], expected: int, average: bool) -> str:
+    if not values:
+        return "n/a"
+    text = f"{np.mean(values):.1f}"
+    unit = "tasks" if average else "seeds"
+    return text if len(values) == expected else f"{text} ({len(values)} of {expected} {unit})"
+
+
+def _per_seed_cell(row: Row) -> str:
+    return ", ".join("n/a" if score is None else f"{score:.1f}" for score in row.per_seed)
+
+
+def _interval_cell(row: Row) -> str:
+    if row.task == "average":
+        return "none (a mean over tasks)"
+    interval = t_interval(row.final)
+    if interval is None:
+        return NO_INTERVAL if len(row.final) == 1 else "none: no final score"
+    return f"[{interval[0]:.1f}, {interval[1]:.1f}]"
+
+
+def _best_cell(row: Row) -> str:
+    if not row.evaluated_during_training:
+        return NO_TRAINING_EVALUATIONS
+    return _mean_cell(row.best, row.average_of or len(row.seeds), row.task == "average")
+
+
+def _behaviour_of(row: Row, behaviour: dict[str, Behaviour]) -> Behaviour:
+    """A task's behaviour score; for an average row, the mean over the tasks it averages (where
+    every one of them has its own)."""
+    if row.task != "average":
+        return behaviour.get(row.task, Behaviour(None, False, why="n/a"))
+    found = [behaviour.get(task) for task in row.averaged]
+    values = [b.value for b in found if b is not None and b.value is not None and b.normalized]
+    if not values or len(values) != row.average_of:
+        return Behaviour(None, False, why="n/a")
+    return Behaviour(float(np.mean(values)), True)
+
+
+def _behaviour_cell(found: Behaviour) -> str:
+    if found.value is None:
+        return found.why
+    return f"{found.value:.1f}" + ("" if found.normalized else " (return)")
+
+
+def markdown_table(rows: list[Row], behaviour: dict[str, Behaviour] | None = None) -> str:
+    """The per-task table, with each distinct reference-score source as a numbered note below
+    it; behaviour: the datasets' own scores (behaviour_scores), "n/a" without."""
+    behaviour = behaviour or {}
+    best = _with_best(rows)
+    header = ["task", "config", "seeds", "final, per seed", "final mean"]
+    header += [f"final {CONFIDENCE:.0%} interval (Student's t)"]
+    header += ["best (max over evaluations)"] * best
+    header += ["dataset (behaviour)", "target", "steps", "parameters", "reference scores"]
+    header += ["dataset"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    sources: list[str] = []
+    for row in rows:
+        average = row.task == "average"
+        expected = row.average_of if average else len(row.seeds)
+        final = _mean_cell(row.final, expected, average)
+        if not row.normalized:
+            final = f"{final} (return)"
+        sources += [source for source in row.references if source not in sources]
+        notes = " ".join(f"[{sources.index(source) + 1}]" for source in row.references)
+        cells = [
+            f"**{row.task}**" if average else row.task,
+            row.config,
+            ",".join(map(str, row.seeds)),
+            _per_seed_cell(row),
+            final,
+            _interval_cell(row),
+            *([_best_cell(row)] if best else []),
+            _behaviour_cell(_behaviour_of(row, behaviour)),
+            ", ".join(f"{target:g}" for target in row.targets),
+            ",".join(map(str, row.steps)),
+            ", ".join(f"{count:,}" for count in row.parameters),
+            notes or ("" if average else "none"),
+            "; ".join(row.datasets),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += [f"[{i}] {source}  " for i, source in enumerate(sources, 1)]
+    return "\n".join(lines).rstrip()
+
+
+def _scores_text(rows: list[Row]) -> str:
+    best = (
+        "**best**: the mean over seeds of each run's best evaluation, the final one included (a "
+        "max over evaluations, so optimistic); a group none of whose runs was evaluated during "
+        f"training says {NO_TRAINING_EVALUATIONS}. "
+        if _with_best(rows)
+        else "No best column: no run was evaluated during training (train.eval_every = 0), only "
+        "at its end. "
     )
-    records = read_results(run_dir)
-    good = [r for r in records if r.error is None]
-    for record in records:
-        if record.error is not None:
-            summary.notes.append(f"evaluation at step {record.step} failed: {record.error}")
-    summary.scores = [(r.step, r.score) for r in good if r.score is not None]
-    finals = [r for r in good if r.final]
-    if finals:
-        summary.final = finals[-1].score
-    else:
-        summary.notes.append("no final evaluation")
-    summary.best = max((score for _, score in summary.scores), default=None)
-    if good:
-        _describe_task(summary, good[-1].reference, good[-1].dataset_ids)
-    ksvd = read_scalars(path).get("train/ksvd_loss", [])
-    summary.ksvd = [(step, value) for step, value, _ in ksvd]
-    summary.curve = read_curve(run_dir)
-    if not run_dir.checkpoint.exists():
-        summary.notes.append("no checkpoint")
-        return summary
-    try:
-        snapshot = read_snapshot(run_dir.checkpoint)
-    except PrimalDTError as err:
-        summary.notes.append(str(err))
-        return summary
-    summary.step = snapshot.step
-    if finals and finals[-1].step != summary.step:
-        summary.notes.append(
-            f"final evaluation at step {finals[-1].step}, checkpoint at {summary.step}"
-        )
-    _describe_task(summary, snapshot.task.reference, list(snapshot.task.dataset_ids))
-    if spectra:
-        from primal_dt.evaluation.spectrum import checkpoint_spectra
-
-        try:
-            summary.spectra = checkpoint_spectra(run_dir, snapshot)
-        except (PrimalDTError, OSError, RuntimeError, KeyError) as err:
-            summary.notes.append(f"no attention spectrum: {type(err).__name__}: {err}")
-    return summary
+    return (
+        "## Scores per task\n\n"
+        "A run's score is its final evaluation's normalised return at its first target return, "
+        "100 (R - R_random) / (R_expert - R_random): the first of its eval.targets, else of its "
+        "environment's eval_targets (envs/<env>.toml: the Decision Transformer paper's target "
+        "for the task), so that the target is chosen before any score is seen; **target** names "
+        "it. Where no reference scores are known, the return itself, marked (return). "
+        "**final, per seed**: each seed's score, in the order of **seeds**; **final mean**: "
+        f"their mean; **final {CONFIDENCE:.0%} interval**: Student's t interval of the mean over "
+        "seeds, mean ± t(0.975, n − 1) · s / √n with s the std over seeds (ddof 1), none with "
+        "one seed. It covers the variation over seeds (training again with another seed on these "
+        f"datasets, at this budget), not over other datasets or environments. {best}"
+        "**dataset (behaviour)**: the mean normalised return of the dataset's own episodes, with "
+        "the reference scores of the task's scores: what the behaviour policy scored, the "
+        "baseline that says whether sequence modelling added anything. **average**: the mean "
+        "over tasks of each task's mean (the paper's average row), without the tasks whose data "
+        "an earlier task has (see Notes)."
+    )
 
 
-def _describe_task(summary: RunSummary, reference: ReferenceScores | None, ids: list[str]) -> None:
-    summary.normalized = reference is not None
-    summary.reference = reference.source if reference else None
-    summary.dataset_ids = list(ids)
-
-
-def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> list[RunSummary]:
-    """Every run under runs_dir (folders holding config.json), except those under skip."""
-    if not runs_dir.is_dir():
-        raise ReportError(
-            f"{runs_dir} is not a directory; give the folder a sweep wrote its runs to"
-        )
-    folders = [
-        path
-        for path in find_runs(runs_dir)
-        if skip is None or skip.resolve() not in [path.resolve(), *path.resolve().parents]
-    ]
-    if not folders:
-        raise ReportError(
-            f"no runs under {runs_dir} (no run directory with a "
-            f"{RunDir(runs_dir).config_file.name}); train some with "
-            f"primal-dt sweep --runs-dir {runs_dir} first"
-        )
-    summaries = []
-    for folder in folders:
-        try:
-            summaries.append(read_run(folder, spectra))
-        except PrimalDTError as err:  # not a primal-dt run after all
-            print(f"skipping {folder}: {err}", file=sys.stderr)
-    return summaries
-
-
-def distinct(summaries: list[RunSummary]) -> tuple[list[RunSummary], list[RunSummary]]:
-    """(the runs to count, the duplicates left out): of the runs of one (task, config, seed), the
-    one trained furthest (its checkpoint's step, then a final evaluation) is counted, the first by
-    path among equals; it gets a note naming the folders of the others."""
-    same: dict[tuple[str, str, int], list[RunSummary]] = {}
-    for summary in sorted(summaries, key=lambda r: r.path):
-        same.setdefault((summary.task, summary.config, summary.seed), []).append(summary)
-    kept, left_out = [], []
-    for members in same.values():
-        best = max(members, key=lambda r: (r.step or 0, r.final is not None))
-        others = [r for r in members if r is not best]
-        if others:
-            folders = ", ".join(str(r.path) for r in others)
-            best.notes.append(f"same task, config and seed as {folders}: counted once, as this run")
-        kept.append(best)
-        left_out += others
-    return kept, left_out
-
-
-@dataclass
-class Row:
-    """One line of the table: a (task, config) group, or a config's average over tasks."""
-
-    task: str
-    config: str
-    seeds: list[int]
-    final: list[float]
-    best: list[float]
-    steps: list[int]
-    normalized: bool
-    references: list[str]
-    datasets: list[str]
-    average_of: int = 0  # tasks averaged (average rows only)
-
-
-def _unique(values: list[Any]) -> list[Any]:
-    return list(dict.fromkeys(values))
-
-
-def group(summaries: list[RunSummary]) -> list[Row]:
-    """A row per (task, config) in task then config order, then an average row per config: the mean
-    over tasks of each task's mean over seeds (the paper's "average")."""
-    groups: dict[tuple[str, str], list[RunSummary]] = {}
-    for summary in sorted(summaries, key=lambda r: (r.task, r.config, r.seed)):
-        groups.setdefault((summary.task, summary.config), []).append(summary)
-    rows = []
-    for (task, config), members in groups.items():
-        rows.append(
-            Row(
-                task=task,
-                config=config,
-                seeds=[r.seed for r in members],
-                final=[r.final for r in members if r.final is not None],
-                best=[r.best for r in members if r.best is not None],
-                steps=_unique([r.step if r.step is not None else r.steps for r in members]),
-                normalized=all(r.normalized for r in members),
-                references=_unique([r.reference for r in members if r.reference]),
-                datasets=_unique([" + ".join(r.dataset_ids) for r in members if r.dataset_ids]),
-            )
-        )
-    for config in _unique([row.config for row in rows]):
-        mine = [row for row in rows if row.config == config and row.normalized]
-        rows.append(
-            Row(
-                task="average",
-                config=config,
-                seeds=[],
-                final=[float(np.mean(row.final)) for row in mine if row.final],
-                best=[float(np.mean(row.best)) for row in mine if row.best],
-                steps=[],
-                normalized=True,
-                references=[],
-                datasets=[],
-                average_of=len(mine),
-            )
-        )
-    return rows
-
-
-def _rliable() -> tuple[Any, Any]:
-    """(rliable.library, rliable.metrics)."""
-    try:
-        from rliable import library, metrics
-    except ImportError:
-        raise ReportError(
-            "the report's confidence intervals need rliable: pip install 'primal-dt[report]'"
-        ) from None
-    return library, metrics
-
-
-@contextmanager
-def _seeded() -> Iterator[None]:
-    """rliable draws its bootstrap resamples from numpy's global generator (not from the
-    random_state it accepts): seed it with BOOTSTRAP_SEED, and put the caller's state back after."""
-    state = np.random.get_state()
-    np.random.seed(BOOTSTRAP_SEED)
-    try:
-        yield
-    finally:
-        np.random.set_state(state)
-
-
-def _estimate(scores: Any, func: Callable[..., np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """rliable's (point estimates, 95% CIs (2, n)) of func on scores: a (seeds, tasks) matrix, or
-    a list of them for a function of several (each resampled on its own)."""
-    library, _ = _rliable()
-    with _seeded():
-        points, intervals = library.get_interval_estimates(
-            {"x": scores}, func, reps=BOOTSTRAP_REPS, confidence_interval_size=0.95
-        )
-    return np.asarray(points["x"]), np.asarray(intervals["x"])
-
-
-def seed_interval(values: list[float]) -> tuple[float, float] | None:
-    """The 95% bootstrap CI of the mean of values (one task's scores over seeds); None under 2."""
-    if len(values) < 2:
-        return None
-    _, metrics = _rliable()
-    _, ci = _estimate(np.array(values)[:, None], lambda s: np.array([metrics.aggregate_mean(s)]))
-    return float(ci[0, 0]), float(ci[1, 0])
-
-
-def score_matrix(
-    rows: list[Row], config: str, tasks: list[str] | None = None
-) -> tuple[np.ndarray, list[str], list[str]]:
-    """(scores, tasks, notes): config's normalised final scores as rliable takes them, a (seeds,
-    tasks) matrix over its tasks with normalised scores (of those in tasks, where given). A matrix
-    holds as many scores per task as the task with fewest has: each task's first by seed; notes
-    say which were left out."""
-    mine = {
-        row.task: row.final
-        for row in rows
-        if row.config == config and row.task != "average" and row.normalized and row.final
-        if tasks is None or row.task in tasks
-    }
-    if not mine:
-        return np.zeros((0, 0)), [], []
-    n = min(len(finals) for finals in mine.values())
-    notes = [
-        f"{task} ({config}): {len(finals) - n} of its {len(finals)} final scores left out of the "
-        f"aggregates (rliable needs as many seeds on every task: it keeps the first {n} by seed)"
-        for task, finals in mine.items()
-        if len(finals) > n
-    ]
-    return np.array([finals[:n] for finals in mine.values()]).T, list(mine), notes
-
-
-@dataclass
-class Aggregate:
-    """A config's IQM, mean and optimality gap (METRICS) over tasks of its normalised final scores."""
-
-    config: str
-    tasks: list[str]
-    scores: np.ndarray  # (seeds, tasks)
-    points: np.ndarray  # one per metric
-    intervals: np.ndarray | None  # (2, metrics): lower and upper bounds; None with one seed
-
-    def interval(self, metric: int) -> tuple[float, float] | None:
-        if self.intervals is None:
-            return None
-        return float(self.intervals[0, metric]), float(self.intervals[1, metric])
-
-    @property
-    def runs(self) -> str:
-        seeds, tasks = self.scores.shape
-        return f"{self.scores.size} runs ({seeds} seed{'s' * (seeds > 1)} × {tasks} tasks)"
-
-
-@dataclass
-class Improvement:
-    """P(a BETTER run scores above a BASELINE run on the same task), averaged over tasks."""
-
-    tasks: list[str]
-    runs: tuple[int, int]  # BETTER's, BASELINE's
-    point: float
-    interval: tuple[float, float] | None  # None under 2 seeds of either config
-
-
-def aggregates(rows: list[Row]) -> tuple[list[Aggregate], list[str]]:
-    """(aggregates, notes): per config with normalised final scores on at least 2 tasks, METRICS
-    with stratified bootstrap 95% CIs (with at least 2 seeds per task); notes say what was left
-    out and why."""
-    _, metrics = _rliable()
-
-    def func(scores: np.ndarray) -> np.ndarray:
-        return np.array([
-            metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores),
-            metrics.aggregate_optimality_gap(scores, GAMMA),
+def write_csv(rows: list[Row], path: Path, behaviour: dict[str, Behaviour] | None = None) -> Path:
+    """The table as CSV; for average rows n_final (and n_best) count tasks, not seeds.
+    final_scores: each seed's score in the order of seeds ("nan" for a run without one);
+    final_std_ddof1: their std (ddof 1); final_t95_*: the Student's t 95% interval of their mean
+    (empty under 2 seeds and for average rows); best_* only where some run was evaluated during
+    training; dataset_behaviour: the dataset's own mean normalised return (empty where unknown)."""
+    behaviour = behaviour or {}
+    best = _with_best(rows)
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow([
+            "task", "config", "seeds", "n_final", "final_scores", "final_mean", "final_std_ddof1",
+            "final_t95_low", "final_t95_high", *(["n_best", "best_mean"] if best else []),
+            "dataset_behaviour", "target", "normalized", "steps", "parameters",
+            "reference_source", "dataset_ids",
         ])  # fmt: skip
+        for row in rows:
+            average = row.task == "average"
+            ci = None if average else t_interval(row.final)
+            std = None if average else sample_std(row.final)
+            found = _behaviour_of(row, behaviour)
+            writer.writerow([
+                row.task, row.config, " ".join(map(str, row.seeds)), len(row.final),
+                " ".join("nan" if s is None else f"{s:.4f}" for s in row.per_seed),
+                f"{np.mean(row.final):.4f}" if row.final else "",
+                "" if std is None else f"{std:.4f}",
+                *(["", ""] if ci is None else [f"{ci[0]:.4f}", f"{ci[1]:.4f}"]),
+                *([len(row.best), f"{np.mean(row.best):.4f}" if row.best else ""] if best else []),
+                "" if found.value is None else f"{found.value:.4f}",
+                " ".join(f"{t:g}" for t in row.targets), row.normalized,
+                " ".join(map(str, row.steps)), " ".join(map(str, row.parameters)),
+                "; ".join(row.references), "; ".join(row.datasets),
+            ])  # fmt: skip
+    return path
 
-    notes = [
-        f"{row.task} ({row.config}): no reference scores, so no normalised score: left out of the "
-        "aggregates"
-        for row in rows
-        if row.task != "average" and not row.normalized
+
+def comparisons_section(rows: list[Row]) -> str:
+    """Per task, a sentence for every config against the baseline config (baseline_config)."""
+    configs = unique([row.config for row in rows if row.task != "average"])
+    baseline = baseline_config(configs)
+    lines = ["## Comparisons per task", ""]
+    if baseline is None or len(configs) < 2:
+        return "\n".join([*lines, "One config only: nothing to compare."])
+    lines += [
+        f"Every config against {baseline} on each task both ran, from the two Student's t 95% "
+        "intervals above. Intervals that do not overlap mean a difference (at well under the 5% "
+        "level); overlapping ones do not rule one out, so they say no difference was detected.",
+        "",
     ]
-    found = []
-    for config in _unique([row.config for row in rows if row.task != "average"]):
-        scores, tasks, left_out = score_matrix(rows, config)
-        notes += left_out
-        if len(tasks) < 2:
-            notes.append(
-                f"{config}: no aggregates: they need normalised final scores on at least 2 "
-                f"tasks, and it has them on {len(tasks)}"
+    by_key = {(row.task, row.config): row for row in rows if row.task != "average"}
+    for task in unique([row.task for row in rows if row.task != "average"]):
+        base = by_key.get((task, baseline))
+        for config in configs:
+            row = by_key.get((task, config))
+            if config == baseline or row is None:
+                continue
+            if base is None:
+                lines.append(f"- {config} on {task}: no {baseline} runs there to compare with.")
+                continue
+            sentence = compare_intervals(
+                task, config, t_interval(row.final), baseline, t_interval(base.final)
             )
-        elif len(scores) < 2:
-            found.append(Aggregate(config, tasks, scores, func(scores), None))
-            notes.append(f"{config}: point estimates only: {NO_INTERVAL} per task, and it has 1")
-        else:
-            found.append(Aggregate(config, tasks, scores, *_estimate(scores, func)))
-    return found, notes
+            lines.append(f"- {sentence}")
+    return "\n".join(lines)
 
 
-def improvement(rows: list[Row]) -> Improvement | str:
-    """P(BETTER > BASELINE) with its CI (rliable) over the tasks both ran with normalised final
-    scores, or why there is none."""
-    configs = {row.config for row in rows}
-    if not {BETTER, BASELINE} <= configs:
-        return f"no probability of improvement: it needs runs of both {BETTER} and {BASELINE}"
-    _, both, _ = score_matrix(rows, BETTER, score_matrix(rows, BASELINE)[1])
-    if not both:
-        return (
-            f"no probability of improvement: {BETTER} and {BASELINE} have normalised final scores "
-            "on no task in common"
-        )
-    x, y = score_matrix(rows, BETTER, both)[0], score_matrix(rows, BASELINE, both)[0]
-    _, metrics = _rliable()
-    if len(x) < 2 or len(y) < 2:
-        point = float(metrics.probability_of_improvement(x, y))
-        return Improvement(both, (x.size, y.size), point, None)
-    points, ci = _estimate(
-        [x, y], lambda a, b: np.array([metrics.probability_of_improvement(a, b)])
-    )
-    return Improvement(both, (x.size, y.size), float(points[0]), (ci[0, 0], ci[1, 0]))
+# ---- over tasks -------------------------------------------------------------------------------
 
 
 def _interval(point: float, interval: tuple[float, float] | None, digits: int = 1) -> str:
@@ -423,44 +283,90 @@ def _interval(point: float, interval: tuple[float, float] | None, digits: int = 
     return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def aggregates_section(rows: list[Row]) -> tuple[str, list[Aggregate]]:
-    """report.md's aggregates: a table of METRICS per config, the probability of improvement and
-    what could not be computed, in words."""
-    found, notes = aggregates(rows)
+def _coverage(shape: tuple[int, int]) -> str:
+    seeds, tasks = shape
+    covered = simulated_coverage(seeds, tasks)
+    return (
+        f"nominal {CONFIDENCE:.0%}; {covered:.0%} in a simulation of normal scores at {seeds} "
+        f"seeds × {tasks} tasks"
+    )
+
+
+def aggregates_section(
+    rows: list[Row], same: Sequence[SameData] = ()
+) -> tuple[str, list[Aggregate]]:
+    """report.md's aggregates: a table of METRICS per config with the simulated coverage of its
+    intervals, the probabilities of improvement over the baseline config, and what could not be
+    computed, a sentence each."""
+    exclude = {s.task for s in same}
+    found, notes = aggregates(rows, exclude)
     lines = [
         "## Aggregates over tasks",
         "",
         "Normalised final scores only (tasks without reference scores are left out). Per config "
         "over its tasks: the interquartile mean (IQM, the mean of the middle 50% of all its "
         f"runs' scores), the mean and the optimality gap ({GAMMA:g} minus the mean of the scores "
-        f"clipped at {GAMMA:g}: lower is better), each with its 95% stratified bootstrap "
-        f"confidence interval [low, high] (rliable; {BOOTSTRAP_REPS} resamples, numpy's generator "
-        f"seeded with {BOOTSTRAP_SEED}).",
+        f"clipped at {GAMMA:g}: lower is better), each with its {CONFIDENCE:.0%} stratified "
+        f"bootstrap confidence interval [low, high] (rliable; {BOOTSTRAP_REPS} resamples, numpy's "
+        f"generator seeded with {BOOTSTRAP_SEED}). Shown only where every task has at least "
+        f"{MIN_SEEDS_FOR_AGGREGATES} seeds of the config and there are at least 2 tasks. The "
+        "intervals cover the variation over seeds on these datasets (the same tasks trained "
+        "again with other seeds), not other datasets, tasks or environments; **coverage** says "
+        "how often such an interval covered the truth in a simulation at the same shape ("
+        f"{SIMULATION_REPS} simulated experiments of {SIMULATION_BOOTSTRAPS} resamples each, "
+        f"normal scores with task means from {SIMULATED_MEANS[0]:g} to {SIMULATED_MEANS[1]:g} "
+        f"and spreads from {SIMULATED_SPREADS[0]:g} to {SIMULATED_SPREADS[1]:g} drawn anew in "
+        "each).",
         "",
     ]
+    lines += [
+        f"{s.task} is left out of the aggregates and the average rows: its data is "
+        f"{s.same_as}'s ({s.how}), counted once, as {s.same_as}."
+        for s in same
+    ]
+    lines += [""] * bool(same)
     if found:
-        lines += ["| config | tasks | runs | " + " | ".join(METRICS) + " |", "|---" * 6 + "|"]
+        header = ["config", "tasks", "runs", *METRICS, "coverage of the intervals"]
+        lines += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
         for agg in found:
             cells = [agg.config, ", ".join(agg.tasks), agg.runs]
             cells += [_interval(agg.points[i], agg.interval(i)) for i in range(len(METRICS))]
+            cells.append(_coverage(agg.shape))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    better = improvement(rows)
-    if isinstance(better, str):
-        lines.append(better[0].upper() + better[1:] + ".")
+    configs = unique([row.config for row in rows if row.task != "average"])
+    missing = {c: has for c in configs if (has := shortfall(rows, c, exclude)) is not None}
+    baseline = baseline_config(configs)
+    others = [c for c in configs if c != baseline]
+    betters = [improvement(rows, c, baseline, exclude) for c in others if baseline is not None]
+    if not found and all(isinstance(b, str) for b in betters):
+        what = "No aggregates over tasks" + " and no probability of improvement" * bool(others)
+        has = "; ".join(f"{config}: {words}" for config, words in missing.items())
+        lines.append(f"{what}: {NEEDED}, and these runs have {has}.")
     else:
-        tasks = len(better.tasks)
-        lines.append(
-            f"**Probability of improvement** P({BETTER} > {BASELINE}), the chance that a "
-            f"{BETTER} run scores above a {BASELINE} run on the same task, averaged over the "
-            f"{tasks} task{'s' * (tasks > 1)} both ran ({', '.join(better.tasks)}; "
-            f"{better.runs[0]} {BETTER} and {better.runs[1]} {BASELINE} runs): "
-            + _interval(better.point, better.interval, 2)
-            + ("." if better.interval else f"; {NO_INTERVAL} of each config per task.")
-        )
+        lines += [
+            f"- {c}: no aggregates over tasks: {NEEDED}, and it has {has}."
+            for c, has in missing.items()
+        ]
+        lines += [""] * bool(missing)
+        for better in betters:  # a paragraph each
+            lines += [better if isinstance(better, str) else _improvement_text(better), ""]
+        lines.pop()
     if notes:
-        lines += ["", *[f"- {note}" for note in _unique(notes)]]
+        lines += ["", *[f"- {note}." for note in unique(notes)]]
     return "\n".join(lines), found
+
+
+def _improvement_text(better: Improvement) -> str:
+    tasks = len(better.tasks)
+    return (
+        f"**Probability of improvement** P({better.better} > {better.baseline}), the chance that "
+        f"a {better.better} run scores above a {better.baseline} run on the same task, averaged "
+        f"over the {tasks} task{'s' * (tasks > 1)} both ran ({', '.join(better.tasks)}; "
+        f"{better.runs[0]} {better.better} and {better.runs[1]} {better.baseline} runs): "
+        + _interval(better.point, better.interval, 2)
+        + "."
+    )
 
 
 def aggregate_figures(found: list[Aggregate], out: Path) -> list[tuple[Path, str]]:
@@ -469,220 +375,132 @@ def aggregate_figures(found: list[Aggregate], out: Path) -> list[tuple[Path, str
         return []
     from primal_dt.evaluation.plots import interval_figure, profile_figure, save
 
-    library, _ = _rliable()
+    library, _ = rliable_modules()
     runs = sum(agg.scores.size for agg in found)
     counts = "; ".join(f"{agg.config}: {agg.runs}" for agg in found)
     bootstrap = f"{BOOTSTRAP_REPS} resamples, seed {BOOTSTRAP_SEED}"
     # Each config's points as a list (of the same numpy floats): interval_figure reads a Sequence.
     points: dict[str, Sequence[float]] = {agg.config: list(agg.points) for agg in found}
-    intervals = {agg.config: agg.intervals for agg in found}
-    some = any(agg.intervals is not None for agg in found)
-    title = "normalised final score over tasks: point estimates" + " and 95% CIs" * some
+    intervals: dict[str, np.ndarray | None] = {agg.config: agg.intervals for agg in found}
+    title = "normalised final score over tasks: point estimates and 95% CIs"
     figure = interval_figure(title, list(METRICS), points, intervals, "normalised score")
     written = [(
         save(figure, out / "aggregates.png"),
         f"IQM, mean and optimality gap of the normalised final scores per config (bar: the 95% "
-        f"stratified bootstrap CI, {bootstrap}; black line: the point estimate; no bar with one "
-        f"seed per task), from {runs} runs ({counts}).",
+        f"stratified bootstrap CI, {bootstrap}; black line: the point estimate), from {runs} runs "
+        f"({counts}).",
     )]  # fmt: skip
     every = np.concatenate([agg.scores.ravel() for agg in found])
     taus = np.linspace(min(0.0, every.min()), max(GAMMA, every.max()), 101)
     profiles, bands = {}, {}
     for agg in found:
-        with _seeded():
+        with seeded():
             profile, band = library.create_performance_profile(
                 {"x": agg.scores}, taus, reps=BOOTSTRAP_REPS
             )
         label = f"{agg.config} ({agg.scores.size} runs)"
         profiles[label] = profile["x"]
-        bands[label] = band["x"] if len(agg.scores) > 1 else None
+        bands[label] = band["x"]
     figure = profile_figure("performance profile: normalised final score", taus, profiles, bands)
     written.append((
         save(figure, out / "performance_profile.png"),
         f"Performance profiles: the fraction of a config's runs whose normalised final score is "
-        f"above each score τ (band: its 95% stratified bootstrap CI, {bootstrap}; none with one "
-        f"seed per task), from {runs} runs ({counts}).",
+        f"above each score τ (band: its 95% stratified bootstrap CI, {bootstrap}), from {runs} "
+        f"runs ({counts}).",
     ))  # fmt: skip
     return written
 
 
-@dataclass(frozen=True)
-class PaperScores:
-    """The Primal-Attention paper's D4RL table (paper_scores.toml): not ours, for comparison."""
-
-    source: str
-    measured_on: str
-    seeds: int
-    dt_column: str  # what its DT column is
-    columns: dict[str, str]  # our config name -> its column
-    scores: dict[str, dict[str, float]]  # task -> column -> normalised score
-    spread: dict[str, dict[str, float]]  # task -> column -> the ± printed beside it
-    average: dict[str, float]  # column -> its average over the tasks of scores
-    average_spread: dict[str, float]
-
-    def cell(self, task: str, config: str) -> str:
-        """The paper's score(s) for our row, with their ±: config's column, or every column for
-        other configs."""
-        if task == "average":
-            scores, spread = self.average, self.average_spread
-        else:
-            scores, spread = self.scores.get(task, {}), self.spread.get(task, {})
-        columns = [self.columns[config]] if config in self.columns else list(scores)
-        return " / ".join(
-            f"{column} {scores[column]:.1f} ± {spread[column]:.1f}"
-            for column in columns
-            if column in scores
-        )
-
-    def note(self) -> str:
-        return (
-            f"{self.source}. Measured on {self.measured_on}; ours on the Minari v5 dataset named "
-            f"in the row, evaluated in gymnasium v5 environments. {self.dt_column}"
-        )
+# ---- attention spectrum -----------------------------------------------------------------------
 
 
-@cache
-def paper_scores() -> PaperScores:
-    """paper_scores.toml, beside this module."""
-    data = tomllib.loads(Path(__file__).with_name("paper_scores.toml").read_text())
-    return PaperScores(
-        source=data["source"],
-        measured_on=data["measured_on"],
-        seeds=int(data["seeds"]),
-        dt_column=data["dt_column"],
-        columns=dict(data["columns"]),
-        scores=_table(data["scores"]),
-        spread=_table(data["spread"]),
-        average={column: float(v) for column, v in data["average"].items()},
-        average_spread={column: float(v) for column, v in data["average_spread"].items()},
-    )
-
-
-def _table(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
-    return {task: {k: float(v) for k, v in row.items()} for task, row in rows.items()}
-
-
-def _paper_cell(row: Row, rows: list[Row]) -> str:
-    """The paper's numbers for row; for an average row, only where ours averages the paper's
-    tasks, every one of them."""
-    paper = paper_scores()
-    if row.task == "average":
-        tasks = {r.task for r in rows if r.config == row.config and r.normalized and r.final}
-        if tasks - {"average"} != set(paper.scores) or len(row.final) != len(paper.scores):
-            return ""
-    return paper.cell(row.task, row.config)
-
-
-def _cell(values: list[float], expected: int, average: bool) -> str:
-    if not values:
-        return "n/a"
-    if average:
-        text = f"{np.mean(values):.1f}"
-        return text if len(values) == expected else f"{text} ({len(values)} of {expected} tasks)"
-    text = f"{np.mean(values):.1f} ± {np.std(values):.1f}"
-    return text if len(values) == expected else f"{text} ({len(values)} of {expected} seeds)"
-
-
-def _ci_cell(row: Row) -> str:
-    if row.task == "average":
-        return "see Aggregates"
-    interval = seed_interval(row.final)
-    if interval is None:
-        return NO_INTERVAL
-    return f"[{interval[0]:.1f}, {interval[1]:.1f}]"
-
-
-def markdown_table(rows: list[Row]) -> str:
-    """The table, with each distinct reference-score source as a numbered note below it, and the
-    Primal-Attention paper's numbers (note [P]) where a row's task has a counterpart there."""
-    paper = [_paper_cell(row, rows) for row in rows]
-    header = ["task", "config", "seeds", "final", "final 95% CI", "best"]
-    header += ["paper (D4RL v2, gym v3) [P]"] if any(paper) else []
-    header += ["steps", "reference scores", "dataset"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    sources: list[str] = []
-    for row, theirs in zip(rows, paper, strict=True):
-        average = row.task == "average"
-        expected = row.average_of if average else len(row.seeds)
-        final, best = _cell(row.final, expected, average), _cell(row.best, expected, average)
-        if not row.normalized:
-            final, best = f"{final} (return)", f"{best} (return)"
-        sources += [source for source in row.references if source not in sources]
-        notes = " ".join(f"[{sources.index(source) + 1}]" for source in row.references)
-        cells = [
-            f"**{row.task}**" if average else row.task,
-            row.config,
-            ",".join(map(str, row.seeds)),
-            final,
-            _ci_cell(row),
-            best,
-            *([theirs] if any(paper) else []),
-            ",".join(map(str, row.steps)),
-            notes or ("" if average else "none"),
-            "; ".join(row.datasets),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    lines += [f"[{i}] {source}  " for i, source in enumerate(sources, 1)]
-    if any(paper):
-        lines.append(f"[P] {paper_scores().note()}  ")
-    return "\n".join(lines).rstrip()
-
-
-def _stats(values: list[float], average: bool) -> list[Any]:
-    """n, mean and std for the CSV; an average row's std is left empty (it is not over seeds)."""
-    if not values:
-        return [0, "", ""]
-    return [len(values), f"{np.mean(values):.4f}", "" if average else f"{np.std(values):.4f}"]
-
-
-def write_csv(rows: list[Row], path: Path) -> Path:
-    """The table as CSV; for average rows n_final and n_best count tasks, not seeds. final_ci_*:
-    the final score's 95% bootstrap CI over seeds (empty under 2 seeds and for average rows);
-    paper: the Primal-Attention paper's numbers, as in report.md."""
-    with path.open("w", newline="") as file:
-        writer = csv.writer(file)
-        writer.writerow([
-            "task", "config", "seeds", "n_final", "final_mean", "final_std", "final_ci_low",
-            "final_ci_high", "n_best", "best_mean", "best_std", "normalized", "paper", "steps",
-            "reference_source", "dataset_ids",
-        ])  # fmt: skip
-        for row in rows:
-            average = row.task == "average"
-            ci = None if average else seed_interval(row.final)
-            writer.writerow([
-                row.task, row.config, " ".join(map(str, row.seeds)), *_stats(row.final, average),
-                *(["", ""] if ci is None else [f"{ci[0]:.4f}", f"{ci[1]:.4f}"]),
-                *_stats(row.best, average), row.normalized, _paper_cell(row, rows),
-                " ".join(map(str, row.steps)), "; ".join(row.references), "; ".join(row.datasets),
-            ])  # fmt: skip
-    return path
-
-
-def spectrum_table(summaries: list[RunSummary]) -> str:
-    """Per task, config and block: how many singular values hold 90% of their sum."""
+def _ranks(summaries: list[RunSummary]) -> dict[tuple[str, str, int], tuple[str, list[int], int]]:
+    """(task, config, block) -> (its attention kind, rank_90 per seed, singular values)."""
     from primal_dt.evaluation.spectrum import rank_at
 
-    groups: dict[tuple[str, str, int], list[int]] = {}
-    kinds: dict[tuple[str, str, int], str] = {}
-    sizes: dict[tuple[str, str, int], int] = {}
+    found: dict[tuple[str, str, int], tuple[str, list[int], int]] = {}
     for summary in sorted(summaries, key=lambda r: (r.task, r.config, r.seed)):
         for block, curve in enumerate(summary.spectra or []):
             key = (summary.task, summary.config, block)
-            groups.setdefault(key, []).append(rank_at(curve))
-            kinds[key] = attention_label(summary.block_kinds[block])
-            sizes[key] = len(curve)
+            kind = summary.block_kinds[block]
+            found.setdefault(key, (kind, [], len(curve)))[1].append(rank_at(curve))
+    return found
+
+
+def spectrum_table(summaries: list[RunSummary]) -> str:
+    """Per task, config and block: how many singular values hold 90% of their sum (rank_90)."""
     lines = [
-        "| task | config | block | attention | singular values for 90% (mean ± std) | of |",
+        "| task | config | block | attention | rank_90: singular values for 90% (mean ± std, "
+        "ddof 1) | of |",
         "|---|---|---|---|---|---|",
     ]
-    for key, ranks in groups.items():
-        task, config, block = key
+    for (task, config, block), (kind, ranks, size) in _ranks(summaries).items():
+        std = sample_std(ranks)
+        spread = (
+            f"{np.mean(ranks):.1f} (1 seed)" if std is None else f"{np.mean(ranks):.1f} ± {std:.1f}"
+        )
         lines.append(
-            f"| {task} | {config} | {block} | {kinds[key]} | {np.mean(ranks):.1f} ± "
-            f"{np.std(ranks):.1f} | {sizes[key]} |"
+            f"| {task} | {config} | {block} | {attention_label(kind)} | {spread} | {size} |"
         )
     return "\n".join(lines)
+
+
+def spectrum_sentences(summaries: list[RunSummary]) -> list[str]:
+    """Per run group with a Primal block and softmax blocks, a sentence per pair (compare_ranks)."""
+    ranks = _ranks(summaries)
+    sentences = []
+    for task, config in unique([(task, config) for task, config, _ in ranks]):
+        blocks = {b: v for (t, c, b), v in ranks.items() if (t, c) == (task, config)}
+        primal = [b for b, (kind, _, _) in blocks.items() if kind == "primal"]
+        softmax = [b for b, (kind, _, _) in blocks.items() if kind == "softmax"]
+        for p in primal:
+            for s in softmax:
+                a, b = blocks[p][1], blocks[s][1]
+                sentences.append(
+                    compare_ranks(
+                        f"{task} ({config})",
+                        (f"Primal block {p}", float(np.mean(a)), sample_std(a)),
+                        (f"softmax block {s}", float(np.mean(b)), sample_std(b)),
+                    )
+                )
+    return sentences
+
+
+# ---- the paper's table ------------------------------------------------------------------------
+
+
+def paper_table(paper: PaperScores, ours: Sequence[str] = ()) -> str:
+    """The paper's table as it printed it, in a section of its own; then, for the tasks of ours
+    (task names) that it has, its row in words, so a reader finds the counterpart."""
+    columns = list(paper.columns.values())
+    lines = [
+        "## The paper's table",
+        "",
+        "Not ours, and not directly comparable with ours: the Primal-Attention paper's D4RL "
+        f"table ({paper.source}), with the ± as printed. Measured on D4RL v2 datasets of a "
+        "million steps each, in gym v3 environments, normalised with D4RL's reference scores; "
+        "ours are trained on the Minari datasets named in the per-task table, evaluated in "
+        f"gymnasium v5 environments and normalised with the reference scores named there. "
+        f"{paper.dt_column} Its columns are these configs: "
+        + ", ".join(f"{column} = {config}" for config, column in paper.columns.items())
+        + ".",
+        "",
+        "| task (D4RL v2) | " + " | ".join(columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
+    for task in paper.tasks():
+        cells = [f"{paper.scores[task][c]:.1f} ± {paper.spread[task][c]:.1f}" for c in columns]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    cells = [f"{paper.average[c]:.1f} ± {paper.average_spread[c]:.1f}" for c in columns]
+    lines.append("| **average** | " + " | ".join(cells) + " |")
+    here = [task for task in unique(list(ours)) if task in paper.scores]
+    if here:
+        lines += ["", "Its rows for the tasks of this report (the names match; the data do not):"]
+        lines += [f"- {task}: {paper.cell(task, '')}" for task in here]
+    return "\n".join(lines)
+
+
+# ---- figures ----------------------------------------------------------------------------------
 
 
 def figures(summaries: list[RunSummary], out: Path) -> list[Path]:
@@ -697,9 +515,9 @@ def figures(summaries: list[RunSummary], out: Path) -> list[Path]:
     )
 
     written = []
-    for task in _unique(sorted(r.task for r in summaries)):
+    for task in unique(sorted(r.task for r in summaries)):
         mine = sorted((r for r in summaries if r.task == task), key=lambda r: (r.config, r.seed))
-        configs = _unique([r.config for r in mine])
+        configs = unique([r.config for r in mine])
         scores: dict[str, list[Series]] = {
             c: [r.scores for r in mine if r.config == c] for c in configs
         }
@@ -737,49 +555,69 @@ def figures(summaries: list[RunSummary], out: Path) -> list[Path]:
     return written
 
 
+# ---- the report -------------------------------------------------------------------------------
+
+
+def _notes(counted: list[RunSummary], rows: list[Row], same: Sequence[SameData]) -> list[str]:
+    notes = [f"- {r.name} ({r.path}): {note}" for r in counted for note in r.notes]
+    notes += [
+        f"- {s.task} and {s.same_as}: their datasets are the same data ({s.how}); the aggregates "
+        f"and average rows count it once, as {s.same_as}"
+        for s in same
+    ]
+    notes += [
+        f"- {row.task} ({row.config}): its runs' first targets differ ("
+        + ", ".join(f"{t:g}" for t in row.targets)
+        + "): their scores are at different targets"
+        for row in rows
+        if len(row.targets) > 1
+    ]
+    return notes
+
+
 def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Path]]:
-    """Write the report's files into out (default RUNS_DIR/report); returns report.md's text and
-    the paths written. Also refreshes RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
+    """Write the report's files into out (default RUNS_DIR/report); returns the per-task table's
+    text and the paths written. Also refreshes RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
     out = out or runs_dir / "report"
     found = collect(runs_dir, skip=out)
     counted_once, left_out = distinct(found)
     out.mkdir(parents=True, exist_ok=True)
-    rows = group(counted_once)
-    written = [write_csv(rows, out / "report.csv"), *figures(counted_once, out)]
+    same = same_data(task_datasets(counted_once))
+    rows = group(counted_once, {s.task for s in same})
+    behaviour = behaviour_scores(counted_once)
+    written = [write_csv(rows, out / "report.csv", behaviour), *figures(counted_once, out)]
     images = [f"![{p.stem}]({p.name})" for p in written if p.suffix == ".png"]
-    section, summed = aggregates_section(rows)
+    section, summed = aggregates_section(rows, same)
     captioned = aggregate_figures(summed, out)
     written += [path for path, _ in captioned]
     section += "".join(f"\n\n![{p.stem}]({p.name})\n\n*{p.name}*: {text}" for p, text in captioned)
     if not captioned:
-        section += (
-            "\n\nNo aggregate figures: they need normalised final scores on at least 2 tasks."
-        )
-    notes = [f"- {r.name} ({r.path}): {note}" for r in counted_once for note in r.notes]
+        section += "\n\nNo aggregate figures: there are no aggregates to draw."
     counted = f"{len(counted_once)} runs"
     if left_out:
         counted += f" ({len(left_out)} duplicate{'s' * (len(left_out) > 1)} left out, see Notes)"
+    table = markdown_table(rows, behaviour)
+    spectrum = spectrum_sentences(counted_once)
     text = "\n\n".join(
         [
             f"# primal-dt report: {runs_dir}",
-            f"{counted}. Score: the normalised score of the best evaluation target, "
-            f"100 (R - R_random) / (R_expert - R_random); mean ± std over seeds (numpy, ddof 0). "
-            f"**final**: the final evaluation; **final 95% CI**: the percentile bootstrap "
-            f"confidence interval of its mean over seeds (rliable; {BOOTSTRAP_REPS} resamples, "
-            f"numpy's generator seeded with {BOOTSTRAP_SEED}, so the same runs give the same "
-            f"numbers); **best**: the best evaluation during training (a max over evaluations, so "
-            f"optimistic). **average**: the mean over tasks of each task's mean. **paper**, where "
-            f"a task has a counterpart in the Primal-Attention paper's D4RL table: its score for "
-            f"the row's config (dt: its DT column, primal-dt: its Primal.+DT column), see [P].",
-            markdown_table(rows),
+            f"{counted}, grouped by the task, config name and seed each run recorded.",
+            _scores_text(rows),
+            table,
+            comparisons_section(rows),
             section,
             "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
             "attention output on fixed windows of the task's dataset (the same windows for every "
-            "run of a task; see primal_dt/evaluation/spectrum.py), from each run's last checkpoint: the "
-            "fewer singular values hold 90% of the sum, the lower the rank.",
+            "run of a task; see primal_dt/evaluation/spectrum.py), from each run's last "
+            "checkpoint: rank_90, the fewer singular values hold 90% of the sum, the lower the "
+            "rank. A block is said to have the lower rank_90 only where the difference of the "
+            "means exceeds the sum of the stds over seeds.",
             spectrum_table(counted_once),
+            "\n".join(f"- {s}" for s in spectrum)
+            or "No run has both a Primal and a softmax block.",
+            paper_table(paper_scores(), [row.task for row in rows if row.task != "average"]),
             "## Figures\n\n" + "\n".join(images),
-            "## Notes\n\n" + ("\n".join(notes) or "none"),
+            "## Notes\n\n" + ("\n".join(_notes(counted_once, rows, same)) or "none"),
         ]
     )
     (out / "report.md").write_text(text + "\n")
@@ -787,4 +625,4 @@ def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Pat
     write_layout(runs_dir, [summary.task for summary in found])
     for summary in found:
         copy_run(summary.path, summary.task)
-    return markdown_table(rows), written
+    return table, written

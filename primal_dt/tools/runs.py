@@ -1,0 +1,397 @@
+"""What a report counts: the runs under a directory, grouped by what their config.json records.
+
+Kept apart from the statistics (statistics.py) and the rendering (report.py) so that what a run's
+score is (its first target's, chosen before the scores are seen), which runs count once, and which
+datasets are the same data are decided in one place.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from primal_dt.common.errors import PrimalDTError
+from primal_dt.data.episodes import ReferenceScores, load_task_data, open_dataset
+from primal_dt.data.sources import find_dataset
+from primal_dt.data.tasks import Task
+from primal_dt.evaluation.conditioning import read_curve
+from primal_dt.store.dashboards import read_scalars
+from primal_dt.store.results import EvalRecord, read_results
+from primal_dt.store.rundir import RunDir, find_runs, read_run_config, read_snapshot, run_dir_name
+
+
+class ReportError(PrimalDTError):
+    """Nothing to report on, or rliable missing."""
+
+
+@dataclass
+class RunSummary:
+    """What the report needs from one run directory."""
+
+    path: Path
+    task: str
+    config: str
+    seed: int
+    steps: int  # configured train.steps
+    block_kinds: list[str]  # each block's attention (method/registry.py)
+    parameters: int | None = None  # the model's trainable parameters (from its checkpoint)
+    step: int | None = None  # its checkpoint's
+    final: float | None = None  # the final evaluation's score (first_target_score)
+    best: float | None = None  # the best score of any evaluation, the final one included
+    target: float | None = None  # the target return its scores are at: its first
+    evaluations_during_training: int = 0  # evaluations other than the final one
+    normalized: bool = True  # scores are normalised (reference scores known)
+    reference: str | None = None  # the reference scores' source
+    reference_scores: ReferenceScores | None = None
+    dataset_ids: list[str] = field(default_factory=list)
+    scores: list[tuple[int, float]] = field(default_factory=list)  # (step, score) per evaluation
+    ksvd: list[tuple[int, float]] = field(default_factory=list)
+    spectra: list[np.ndarray] | None = None
+    curve: EvalRecord | None = None  # the latest return-conditioning curve (conditioning.py)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(run_dir_name(self.task, self.config, self.seed))
+
+
+def first_target_score(record: EvalRecord) -> float | None:
+    """An evaluation's score: the normalised return at its first target (the run's eval.targets[0],
+    else envs/<env>.toml eval_targets[0], the Decision Transformer paper's target for the task),
+    or the return there where no reference scores are known. Never the best of the targets: that
+    would pick the target after seeing the scores."""
+    if not record.results:
+        return record.score
+    first = record.results[0]
+    return first.return_mean if first.normalized_mean is None else first.normalized_mean
+
+
+def read_run(path: Path, spectra: bool = True) -> RunSummary:
+    """The summary of one run directory; whatever is missing or broken becomes a note."""
+    run_dir = RunDir(path)
+    started = read_run_config(run_dir)
+    summary = RunSummary(
+        path=path,
+        task=started.task,
+        config=started.config_name,
+        seed=started.config.train.seed,
+        steps=started.config.train.steps,
+        block_kinds=started.config.model.block_kinds(),
+    )
+    records = read_results(run_dir)
+    good = [r for r in records if r.error is None]
+    for record in records:
+        if record.error is not None:
+            summary.notes.append(f"evaluation at step {record.step} failed: {record.error}")
+    scored = [(r, first_target_score(r)) for r in good]
+    summary.scores = [(r.step, score) for r, score in scored if score is not None]
+    summary.evaluations_during_training = sum(1 for r in good if not r.final)
+    finals = [r for r in good if r.final]
+    if finals:
+        summary.final = first_target_score(finals[-1])
+    else:
+        summary.notes.append("no final evaluation")
+    summary.best = max((score for _, score in summary.scores), default=None)
+    latest = finals[-1] if finals else (good[-1] if good else None)
+    if latest is not None and latest.results:
+        summary.target = latest.results[0].target
+        if len({r.results[0].target for r in good if r.results}) > 1:
+            summary.notes.append("its evaluations were at different first targets")
+    if good:
+        _describe_task(summary, good[-1].reference, good[-1].dataset_ids)
+    ksvd = read_scalars(path).get("train/ksvd_loss", [])
+    summary.ksvd = [(step, value) for step, value, _ in ksvd]
+    summary.curve = read_curve(run_dir)
+    if not run_dir.checkpoint.exists():
+        summary.notes.append("no checkpoint")
+        return summary
+    try:
+        snapshot = read_snapshot(run_dir.checkpoint)
+    except PrimalDTError as err:
+        summary.notes.append(str(err))
+        return summary
+    summary.step = snapshot.step
+    summary.parameters = sum(p.numel() for p in snapshot.build_model().parameters())
+    if finals and finals[-1].step != summary.step:
+        summary.notes.append(
+            f"final evaluation at step {finals[-1].step}, checkpoint at {summary.step}"
+        )
+    _describe_task(summary, snapshot.task.reference, list(snapshot.task.dataset_ids))
+    if spectra:
+        from primal_dt.evaluation.spectrum import checkpoint_spectra
+
+        try:
+            summary.spectra = checkpoint_spectra(run_dir, snapshot)
+        except (PrimalDTError, OSError, RuntimeError, KeyError) as err:
+            summary.notes.append(f"no attention spectrum: {type(err).__name__}: {err}")
+    return summary
+
+
+def _describe_task(summary: RunSummary, reference: ReferenceScores | None, ids: list[str]) -> None:
+    summary.normalized = reference is not None
+    summary.reference = reference.source if reference else None
+    summary.reference_scores = reference
+    summary.dataset_ids = list(ids)
+
+
+def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> list[RunSummary]:
+    """Every run under runs_dir (folders holding config.json), except those under skip."""
+    if not runs_dir.is_dir():
+        raise ReportError(
+            f"{runs_dir} is not a directory; give the folder a sweep wrote its runs to"
+        )
+    folders = [
+        path
+        for path in find_runs(runs_dir)
+        if skip is None or skip.resolve() not in [path.resolve(), *path.resolve().parents]
+    ]
+    if not folders:
+        raise ReportError(
+            f"no runs under {runs_dir} (no run directory with a "
+            f"{RunDir(runs_dir).config_file.name}); train some with "
+            f"primal-dt sweep --runs-dir {runs_dir} first"
+        )
+    summaries = []
+    for folder in folders:
+        try:
+            summaries.append(read_run(folder, spectra))
+        except PrimalDTError as err:  # not a primal-dt run after all
+            print(f"skipping {folder}: {err}", file=sys.stderr)
+    return summaries
+
+
+def distinct(summaries: list[RunSummary]) -> tuple[list[RunSummary], list[RunSummary]]:
+    """(the runs to count, the duplicates left out): of the runs of one (task, config, seed), the
+    one trained furthest (its checkpoint's step, then a final evaluation) is counted, the first by
+    path among equals; it gets a note naming the folders of the others."""
+    same: dict[tuple[str, str, int], list[RunSummary]] = {}
+    for summary in sorted(summaries, key=lambda r: r.path):
+        same.setdefault((summary.task, summary.config, summary.seed), []).append(summary)
+    kept, left_out = [], []
+    for members in same.values():
+        best = max(members, key=lambda r: (r.step or 0, r.final is not None))
+        others = [r for r in members if r is not best]
+        if others:
+            folders = ", ".join(str(r.path) for r in others)
+            best.notes.append(f"same task, config and seed as {folders}: counted once, as this run")
+        kept.append(best)
+        left_out += others
+    return kept, left_out
+
+
+@dataclass
+class Row:
+    """One line of the table: a (task, config) group, or a config's average over tasks."""
+
+    task: str
+    config: str
+    seeds: list[int]
+    final: list[float]  # the final scores of the seeds that have one, in seed order
+    best: list[float]
+    steps: list[int]
+    normalized: bool
+    references: list[str]
+    datasets: list[str]
+    parameters: list[int] = field(default_factory=list)  # the runs' parameter counts, distinct
+    per_seed: list[float | None] = field(default_factory=list)  # final score per seed in seeds
+    targets: list[float] = field(default_factory=list)  # the first targets its runs used
+    evaluated_during_training: bool = False  # some run of it has evaluations before the final
+    average_of: int = 0  # tasks averaged (average rows only)
+    averaged: list[str] = field(default_factory=list)  # the tasks with final scores averaged
+
+
+def unique(values: list[Any]) -> list[Any]:
+    return list(dict.fromkeys(values))
+
+
+def group(summaries: list[RunSummary], left_out_of_average: Collection[str] = ()) -> list[Row]:
+    """A row per (task, config) in task then config order, then an average row per config: the mean
+    over tasks of each task's mean over seeds (the paper's "average"), without the tasks in
+    left_out_of_average (a dataset counted already, under another task)."""
+    groups: dict[tuple[str, str], list[RunSummary]] = {}
+    for summary in sorted(summaries, key=lambda r: (r.task, r.config, r.seed)):
+        groups.setdefault((summary.task, summary.config), []).append(summary)
+    rows = []
+    for (task, config), members in groups.items():
+        during = any(r.evaluations_during_training for r in members)
+        rows.append(
+            Row(
+                task=task,
+                config=config,
+                seeds=[r.seed for r in members],
+                final=[r.final for r in members if r.final is not None],
+                best=[r.best for r in members if r.best is not None] if during else [],
+                steps=unique([r.step if r.step is not None else r.steps for r in members]),
+                normalized=all(r.normalized for r in members),
+                references=unique([r.reference for r in members if r.reference]),
+                datasets=unique([" + ".join(r.dataset_ids) for r in members if r.dataset_ids]),
+                parameters=unique([r.parameters for r in members if r.parameters is not None]),
+                per_seed=[r.final for r in members],
+                targets=unique([r.target for r in members if r.target is not None]),
+                evaluated_during_training=during,
+            )
+        )
+    for config in unique([row.config for row in rows]):
+        mine = [
+            row
+            for row in rows
+            if row.config == config and row.normalized and row.task not in left_out_of_average
+        ]
+        rows.append(
+            Row(
+                task="average",
+                config=config,
+                seeds=[],
+                final=[float(np.mean(row.final)) for row in mine if row.final],
+                best=[float(np.mean(row.best)) for row in mine if row.best],
+                steps=[],
+                normalized=True,
+                references=[],
+                datasets=[],
+                evaluated_during_training=any(row.evaluated_during_training for row in mine),
+                average_of=len(mine),
+                averaged=[row.task for row in mine if row.final],
+            )
+        )
+    return rows
+
+
+# ---- the datasets behind the tasks -------------------------------------------------------------
+
+
+def task_datasets(summaries: list[RunSummary]) -> dict[str, list[str]]:
+    """Each task's dataset ids, as its runs recorded them (the first run that did), by task."""
+    found: dict[str, list[str]] = {}
+    for summary in sorted(summaries, key=lambda r: (r.task, r.config, r.seed)):
+        if summary.dataset_ids and summary.task not in found:
+            found[summary.task] = list(summary.dataset_ids)
+    return dict(sorted(found.items()))
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """The mean return of a task's dataset episodes (the behaviour policy's), normalised with the
+    reference scores of the task's own scores; or why there is none."""
+
+    value: float | None
+    normalized: bool
+    episodes: int = 0
+    why: str = ""
+
+
+def behaviour_scores(summaries: list[RunSummary]) -> dict[str, Behaviour]:
+    """Per task, its datasets' own mean return, read with data/episodes.py's loader (the same
+    episodes training saw); "dataset not here" where a dataset is not on this machine."""
+    ids = task_datasets(summaries)
+    references: dict[str, ReferenceScores | None] = {}
+    for summary in sorted(summaries, key=lambda r: (r.task, r.config, r.seed)):
+        if references.get(summary.task) is None:
+            references[summary.task] = summary.reference_scores
+    found = {}
+    for task in unique(sorted(r.task for r in summaries)):
+        found[task] = _behaviour(task, ids.get(task, []), references.get(task))
+    return found
+
+
+def _behaviour(task: str, ids: list[str], reference: ReferenceScores | None) -> Behaviour:
+    if not ids:
+        return Behaviour(None, False, why="n/a (its runs record no dataset)")
+    if any(find_dataset(dataset_id) is None for dataset_id in ids):
+        return Behaviour(None, False, why="n/a (dataset not here)")
+    try:
+        data = load_task_data(Task(task, tuple(ids), None), download=False)
+    except Exception as err:  # whatever Minari or the environment raise: marked, never fatal
+        return Behaviour(None, False, why=f"n/a (dataset unreadable: {type(err).__name__}: {err})")
+    returns = np.array([float(episode.rewards.sum()) for episode in data.episodes])
+    value = returns.mean() if reference is None else reference.normalize(returns).mean()
+    return Behaviour(float(value), reference is not None, len(returns))
+
+
+def dataset_provenance(dataset_id: str) -> dict[str, Any] | None:
+    """The "provenance" a dataset made by primal-dt datasets make records (data/datasets.py), or
+    None: not made by primal-dt, or not on this machine."""
+    if find_dataset(dataset_id) is None:
+        return None
+    try:
+        provenance = open_dataset(dataset_id, download=False).storage.metadata.get("provenance")
+    except PrimalDTError:
+        return None
+    return provenance if isinstance(provenance, dict) else None
+
+
+Provenance = Callable[[str], dict[str, Any] | None]
+
+
+def data_identity(dataset_id: str, provenance: Provenance = dataset_provenance) -> frozenset[tuple]:
+    """What makes a dataset's data what it is: for one primal-dt recorded, its recipe, environment,
+    the sha256 of its policy file and its seed (so a copy under another id is the same data); for
+    a combined one (medium-expert), its parts'; for any other, its id."""
+    return _identity(dataset_id, provenance(dataset_id))
+
+
+def _identity(dataset_id: str, made: dict[str, Any] | None) -> frozenset[tuple]:
+    if not made or "recipe" not in made:
+        return frozenset({("id", dataset_id)})
+    sources = made.get("sources")
+    if isinstance(sources, list) and sources:
+        parts: frozenset[tuple] = frozenset()
+        for source in sources:
+            parts |= _identity(str(source["id"]), source.get("provenance"))
+        return parts
+    policy = made.get("policy")
+    if isinstance(policy, dict):
+        policy = policy.get("sha256")
+    training = made.get("training")
+    if policy is None and isinstance(training, dict):  # medium-replay: the policy it reached
+        policy = (training.get("medium_policy") or {}).get("sha256")
+    return frozenset({("made", made["recipe"], made.get("env_id"), policy, made.get("seed"))})
+
+
+@dataclass(frozen=True)
+class SameData:
+    """A task whose datasets are the same data as an earlier task's (in sorted task order)."""
+
+    task: str
+    same_as: str
+    how: str
+
+
+def same_data(
+    datasets: dict[str, list[str]], provenance: Provenance = dataset_provenance
+) -> list[SameData]:
+    """The tasks (in sorted order) whose data an earlier task already has: the same provenance
+    for every dataset of theirs (a combined task: the same set of parts)."""
+    first: dict[frozenset[tuple], str] = {}
+    found = []
+    for task in sorted(datasets):
+        identity: frozenset[tuple] = frozenset()
+        for dataset_id in datasets[task]:
+            identity |= data_identity(dataset_id, provenance)
+        if not identity:
+            continue
+        if identity in first:
+            found.append(SameData(task, first[identity], _how(identity)))
+        else:
+            first[identity] = task
+    return found
+
+
+def _how(identity: frozenset[tuple]) -> str:
+    parts = []
+    for part in sorted(identity, key=repr):
+        if part[0] == "id":
+            parts.append(f"dataset {part[1]}")
+        else:
+            _, recipe, env_id, policy, seed = part
+            policy = (
+                f"policy sha256 {policy[:12]}"
+                if policy and policy != "uniform-random"
+                else (policy or "no policy file")
+            )
+            parts.append(f"recipe {recipe} on {env_id}, {policy}, seed {seed}")
+    return "; ".join(parts)

@@ -1,0 +1,44 @@
+"""The matched comparison changes the attention and nothing else: scripts/results.py's configs,
+read back as training reads them, differ from DT's only in the last block's kind."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+from primal_dt.common.config import load_config
+from primal_dt.method.model import DecisionTransformer
+from primal_dt.method.registry import ATTENTIONS
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def results_script():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        spec = importlib.util.spec_from_file_location("results", SCRIPTS / "results.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+def test_matched_configs_differ_only_in_the_last_blocks_attention(tmp_path: Path) -> None:
+    script = results_script()
+    configs = {kind: load_config(script.matched_config(tmp_path, kind)) for kind in ATTENTIONS}
+    dt = dataclasses.asdict(configs["softmax"])
+    assert configs["softmax"].model.block_kinds() == ["softmax"] * 3
+    for kind, config in configs.items():
+        assert config.model.block_kinds() == ["softmax", "softmax", kind]
+        other = dataclasses.asdict(config)
+        other["model"]["attention"] = dt["model"]["attention"]
+        assert other == dt, kind
+    # The parameter counts differ by the last block's own weights only (Primal's We, Wr, Λ and
+    # its concat layer; none for the kinds that reuse softmax's projections' shapes).
+    sizes = {kind: sum(p.numel() for p in DecisionTransformer(c.model, 11, 3, 1000).parameters())
+             for kind, c in configs.items()}  # fmt: skip
+    assert sizes["linear"] == sizes["softmax"] and sizes["primal"] != sizes["softmax"]
