@@ -132,7 +132,10 @@ def test_errors_are_one_line_and_the_console_script_has_no_traceback(
         main(["train", "--help"])
     usage = capsys.readouterr().out
     assert "train.steps, default 100000" in usage and "hopper-bundled" in usage
-    assert "configs: cosformer-dt, dt, flowformer-dt, linear-dt, performer-dt, primal-dt, " in usage
+    assert (
+        "configs: cosformer-dt, dt, flowformer-dt, linear-dt, matched, performer-dt, primal-dt, "
+        in usage
+    )
 
     # The console script itself: one line, its exit status, and no traceback.
     corrupt = tmp_path / "corrupt.pt"

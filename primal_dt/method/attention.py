@@ -126,21 +126,12 @@ class CausalSelfAttention(AttentionLayer):
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
     ) -> tuple[Tensor, None]:
-        """Causal softmax attention over x.
-
-        Args:
-            x: Tokens (B, L, D).
-            mask: Padding mask (B, L), bool or 0/1, true for real tokens. Default None: every
-                token real.
-            rows: Positions whose outputs to compute, a slice of R of the L positions; every
-                token is still attended to. Default None: all L.
-            objective: Unused (this kind has no auxiliary loss). Default True.
+        """Causal softmax attention over x; the arguments (x, mask, rows, objective) as
+        AttentionLayer.forward.
 
         Returns:
-            tuple[Tensor, None]: The output y (B, L, D), or (B, R, D) at rows, and None.
-
-        Raises:
-            ValueError: x is not (B, L, D) or mask not (B, L).
+            tuple[Tensor, None]: The output y (B, L, D), or (B, R, D) at rows, and None (this
+            kind has no auxiliary loss).
         """
         batch, length, dim = x.shape
         attn_mask = causal_padding_mask(mask)
@@ -315,13 +306,8 @@ class PrimalAttention(AttentionLayer):
         J needs e and r at every real token, so with the objective they are computed everywhere
         and only P5 (concat, output projection) is cut to the rows; without it, at the rows alone.
 
-        Args:
-            x: Tokens (B, L, D).
-            mask: Padding mask (B, L), bool or 0/1, true for real tokens. Default None: every
-                token real.
-            rows: Positions whose outputs to compute, a slice of R of the L positions; every
-                token is still attended to. Default None: all L.
-            objective: Whether to compute the KSVD loss. Default True.
+        The arguments (x, mask, rows, objective) as AttentionLayer.forward; with objective, the
+        KSVD loss is computed.
 
         Returns:
             tuple[Tensor, Tensor | None]: The output y (B, L, D), or (B, R, D) at rows, and the
