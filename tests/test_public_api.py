@@ -249,3 +249,10 @@ README_EXAMPLE = """
     loss = out.square().mean() + 0.05 * ksvd  # a task loss + eta * KSVD loss
     loss.backward()
 """
+
+
+def test_the_package_exports_what_the_method_exports() -> None:
+    """primal_dt loads its names lazily from primal_dt.method: the two lists are one API."""
+    import primal_dt.method
+
+    assert primal_dt.__all__ == primal_dt.method.__all__
