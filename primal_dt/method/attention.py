@@ -64,7 +64,7 @@ from torch import Tensor, nn
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.method.dropout import Dropout, dropout
-from primal_dt.method.layer import AttentionLayer, check_arguments  # others import it from here
+from primal_dt.method.layer import AttentionLayer, ProjectedAttention, check_arguments, split_heads
 
 
 def causal_padding_mask(mask: Tensor) -> Tensor:
@@ -93,7 +93,7 @@ def explicit_attention(
     return torch.matmul(dropout(probs, dropout_p, dropout_p > 0.0), v)
 
 
-class CausalSelfAttention(AttentionLayer):
+class CausalSelfAttention(ProjectedAttention):
     """Multi-head causal softmax attention over the real tokens of each prefix.
 
     scaled_dot_product_attention on CUDA, its computation written out on a CPU
@@ -111,17 +111,8 @@ class CausalSelfAttention(AttentionLayer):
     label = "softmax"
 
     def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
-        super().__init__()
-        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
-        self.n_head = n_head
+        super().__init__(embed_dim, n_head, dropout)
         self.dropout = dropout
-        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
-        self.proj = nn.Linear(embed_dim, embed_dim)
-        self.resid_dropout = Dropout(dropout)
-
-    @classmethod
-    def from_config(cls, config: ModelConfig) -> CausalSelfAttention:
-        return cls(config.embed_dim, config.n_head, config.dropout)
 
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True
@@ -142,15 +133,13 @@ class CausalSelfAttention(AttentionLayer):
             q = F.linear(x[:, rows], weight[:dim], bias[:dim])
             k, v = F.linear(x, weight[dim:], bias[dim:]).split(dim, dim=2)
             attn_mask = attn_mask[:, :, rows]
-        q, k, v = (t.view(batch, -1, self.n_head, dim // self.n_head).transpose(1, 2)
-                   for t in (q, k, v))  # fmt: skip
+        q, k, v = (split_heads(t, self.n_head) for t in (q, k, v))
         dropout_p = self.dropout if self.training else 0.0
         if x.device.type == "cpu":
             y = explicit_attention(q, k, v, attn_mask, dropout_p)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
-        y = y.transpose(1, 2).reshape(batch, q.shape[2], dim)
-        return self.resid_dropout(self.proj(y)), None
+        return self.output(y, None), None
 
 
 def masked_prefix_mean(x: Tensor, mask: Tensor) -> Tensor:

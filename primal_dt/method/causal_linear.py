@@ -21,12 +21,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
-from primal_dt.common.config import ModelConfig
-from primal_dt.method.attention import check_arguments
-from primal_dt.method.dropout import Dropout
-from primal_dt.method.layer import AttentionLayer, at_rows, merge_heads, split_heads
+from torch import Tensor
 
 CHUNK = 64  # tokens per chunk (module docstring); bench_attention measures the layer against L
 
@@ -115,30 +110,3 @@ def sums_and_normaliser(
     else:
         out, _ = weighted_causal_linear_attention(q, k, values, log_weights)
     return out[..., :-1], out[..., -1:]
-
-
-class ProjectedAttention(AttentionLayer):
-    """What the linear-cost kinds share around their prefix sums: q, k, v from one projection,
-    split into heads, and after them the heads merged (at the rows asked for), the output
-    projection and residual dropout."""
-
-    def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
-        super().__init__()
-        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
-        self.n_head = n_head
-        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
-        self.proj = nn.Linear(embed_dim, embed_dim)
-        self.resid_dropout = Dropout(dropout)
-
-    @classmethod
-    def from_config(cls, config: ModelConfig) -> AttentionLayer:
-        return cls(config.embed_dim, config.n_head, config.dropout)
-
-    def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q, k, v (B, H, L, d)."""
-        q, k, v = (split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
-        return q, k, v
-
-    def output(self, y: Tensor, rows: slice | None) -> Tensor:
-        """(B, H, L, d) -> (B, L, D) or (B, R, D) at rows."""
-        return self.resid_dropout(self.proj(at_rows(merge_heads(y), rows)))

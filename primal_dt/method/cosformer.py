@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from primal_dt.common.config import ModelConfig
-from primal_dt.method.causal_linear import ProjectedAttention, sums_and_normaliser
+from primal_dt.method.causal_linear import sums_and_normaliser
+from primal_dt.method.layer import ProjectedAttention
 
 EPS = 1e-6
 

@@ -29,7 +29,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from primal_dt.method.causal_linear import ProjectedAttention, causal_linear_attention
+from primal_dt.method.causal_linear import causal_linear_attention
+from primal_dt.method.layer import ProjectedAttention
 
 EPS = 1e-6
 CLIP = 10.0

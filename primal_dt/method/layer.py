@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from primal_dt.common.config import PRIMAL_INITS, ModelConfig
 from primal_dt.common.errors import did_you_mean
+from primal_dt.method.dropout import Dropout
 
 Forward = Callable[..., tuple[Tensor, Tensor | None]]
 
@@ -183,6 +184,33 @@ def at_rows(t: Tensor, rows: slice | None) -> Tensor:
     """t (B, L, ...) at rows, or whole: the linear-cost layers compute every position (their
     prefix sums need every key anyway) and cut before the output projection."""
     return t if rows is None else t[:, rows]
+
+
+class ProjectedAttention(AttentionLayer):
+    """What the kinds that project q, k, v share: one projection for the three, split into heads,
+    and after attending the heads merged (at the rows asked for), the output projection and
+    residual dropout. Softmax and the linear-cost kinds build on it."""
+
+    def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
+        super().__init__()
+        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
+        self.n_head = n_head
+        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
+        self.proj = nn.Linear(embed_dim, embed_dim)
+        self.resid_dropout = Dropout(dropout)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> AttentionLayer:
+        return cls(config.embed_dim, config.n_head, config.dropout)
+
+    def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v (B, H, L, d)."""
+        q, k, v = (split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
+        return q, k, v
+
+    def output(self, y: Tensor, rows: slice | None) -> Tensor:
+        """(B, H, L, d) -> (B, L, D) or (B, R, D) at rows."""
+        return self.resid_dropout(self.proj(at_rows(merge_heads(y), rows)))
 
 
 def new_seed() -> int:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from primal_dt.method.causal_linear import ProjectedAttention, sums_and_normaliser
+from primal_dt.method.causal_linear import sums_and_normaliser
+from primal_dt.method.layer import ProjectedAttention
 
 EPS = 1e-6
 

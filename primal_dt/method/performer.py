@@ -34,8 +34,8 @@ import torch
 from torch import Tensor
 
 from primal_dt.common.config import ModelConfig
-from primal_dt.method.causal_linear import ProjectedAttention, sums_and_normaliser
-from primal_dt.method.layer import Redrawn, step_generator
+from primal_dt.method.causal_linear import sums_and_normaliser
+from primal_dt.method.layer import ProjectedAttention, Redrawn, step_generator
 
 
 def orthogonal_features(m: int, d: int, generator: torch.Generator) -> Tensor:

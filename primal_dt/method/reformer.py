@@ -38,9 +38,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from primal_dt.common.config import ModelConfig
-from primal_dt.method.attention import check_arguments
 from primal_dt.method.dropout import Dropout, dropout
-from primal_dt.method.layer import Redrawn, at_rows, merge_heads, split_heads, step_generator
+from primal_dt.method.layer import (
+    Redrawn,
+    at_rows,
+    check_arguments,
+    merge_heads,
+    split_heads,
+    step_generator,
+)
 
 SELF_PENALTY = 1e5
 
