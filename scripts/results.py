@@ -22,7 +22,6 @@ import argparse
 import os
 import re
 import shutil
-import time
 from datetime import date
 from pathlib import Path
 
@@ -31,6 +30,8 @@ from doc_tables import write_section
 
 from primal_dt.common.config import PRIMAL_INITS, named_config_path
 from primal_dt.method.registry import ATTENTIONS
+from primal_dt.tools.paper import paper_scores
+from primal_dt.tools.report import PAPER_HEADING, paper_table
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "tests" / "policies"
@@ -111,7 +112,6 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out).resolve()
     env = {**os.environ, "MINARI_DATASETS_PATH": str(out / "minari")}
-    start = time.monotonic()
     tasks = args.tasks.split(",") if args.tasks else record(out / "minari", args.dataset_steps, env)
     configs, section, compared, settings = comparison(args, out)
     if args.episodes is not None:
@@ -124,13 +124,14 @@ def main() -> None:
               "--parallel", str(args.parallel), "--offline",
               *[a for s in settings for a in ("--set", s)], env=env)  # fmt: skip
     primal_dt("report", str(runs), "--out", str(reported), env=env)
-    minutes = (time.monotonic() - start) / 60
+    minutes = study_minutes(runs)
     report = (reported / "report.md").read_text()
     pictures = copy_figures(reported, section)
     seeds = len(args.seeds.split(","))
     text = "\n".join([
         f"Made by `python scripts/results.py` ({section}) on {date.today()}, "
-        f"{device_name_for(args.device)}, in {minutes:.0f} minutes: {len(tasks)} "
+        f"{device_name_for(args.device)}, {minutes:.0f} minutes from the first run's start to the "
+        f"last one's end: {len(tasks)} "
         f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x {seeds} seeds.",
         "",
         section_of(report),
@@ -140,6 +141,7 @@ def main() -> None:
     print(text)
     if args.write_docs:
         write_section(section, text)
+        write_section("paper-table", paper_section())
         if section == "results":
             write_section("results-summary", summary(report, tasks, seeds))
 
@@ -179,10 +181,28 @@ def device_name_for(device: str) -> str:
 
 def section_of(report: str) -> str:
     """The report's Markdown after its title, headings one level down, without its pictures
-    (which live beside report.md; the docs show copies of them)."""
-    lines = report.splitlines()[1:]
-    kept = [line for line in lines if not line.startswith("![")]
-    return "\n".join("#" + line if line.startswith("## ") else line for line in kept).strip()
+    (which live beside report.md; the docs show copies of them) and without the paper's table
+    (the page has it once, in a section of its own: paper_section)."""
+    kept, in_paper = [], False
+    for line in report.splitlines()[1:]:
+        if line.startswith("## "):
+            in_paper = line == PAPER_HEADING
+        if not in_paper and not line.startswith("!["):
+            kept.append("#" + line if line.startswith("## ") else line)
+    return "\n".join(kept).strip()
+
+
+def paper_section() -> str:
+    """The paper's table as the report renders it, without its heading (the page has one)."""
+    return paper_table(paper_scores()).removeprefix(PAPER_HEADING).strip()
+
+
+def study_minutes(runs: Path) -> float:
+    """Minutes from the first run's start (its config.json) to the last one's end (its
+    eval.jsonl), read from the run folders: the same figure when the report is made again."""
+    starts = [p.stat().st_mtime for p in runs.rglob("config.json")]
+    ends = [p.stat().st_mtime for p in runs.rglob("eval.jsonl")]
+    return (max(ends) - min(starts)) / 60 if starts and ends else 0.0
 
 
 if __name__ == "__main__":

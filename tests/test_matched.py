@@ -42,3 +42,16 @@ def test_matched_configs_differ_only_in_the_last_blocks_attention(tmp_path: Path
     sizes = {kind: sum(p.numel() for p in DecisionTransformer(c.model, 11, 3, 1000).parameters())
              for kind, c in configs.items()}  # fmt: skip
     assert sizes["linear"] == sizes["softmax"] and sizes["primal"] != sizes["softmax"]
+
+
+def test_the_results_page_keeps_the_papers_table_apart_and_current() -> None:
+    """The page holds the paper's table once, as the report renders it (so it cannot drift from
+    paper_scores.toml), and the study's sections leave the report's copy of it out."""
+    script = results_script()
+    page = (SCRIPTS.parent / "docs" / "results.md").read_text()
+    section = page.split("<!-- paper-table:start -->\n", 1)[1].split("\n<!-- paper-table:end -->")[
+        0
+    ]
+    assert section == script.paper_section()
+    report = "# title\n\n## Scores\n\nours\n\n## The paper's table\n\ntheirs\n\n## Notes\n\n![f](f.png)\nnone"
+    assert script.section_of(report) == "### Scores\n\nours\n\n### Notes\n\nnone"

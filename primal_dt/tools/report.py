@@ -468,13 +468,15 @@ def spectrum_sentences(summaries: list[RunSummary]) -> list[str]:
 
 # ---- the paper's table ------------------------------------------------------------------------
 
+PAPER_HEADING = "## The paper's table"
+
 
 def paper_table(paper: PaperScores, ours: Sequence[str] = ()) -> str:
     """The paper's table as it printed it, in a section of its own; then, for the tasks of ours
     (task names) that it has, its row in words, so a reader finds the counterpart."""
     columns = list(paper.columns.values())
     lines = [
-        "## The paper's table",
+        PAPER_HEADING,
         "",
         "Not ours, and not directly comparable with ours: the Primal-Attention paper's D4RL "
         f"table ({paper.source}), with the ± as printed. Measured on D4RL v2 datasets of a "
