@@ -181,13 +181,14 @@ def device_name_for(device: str) -> str:
 
 def section_of(report: str) -> str:
     """The report's Markdown after its title, headings one level down, without its pictures
-    (which live beside report.md; the docs show copies of them) and without the paper's table
-    (the page has it once, in a section of its own: paper_section)."""
-    kept, in_paper = [], False
+    (which live beside report.md; the docs show copies of them, after the section), without its
+    Figures section (only pictures) and without the paper's table (the page has it once, in a
+    section of its own: paper_section)."""
+    kept, left_out = [], False
     for line in report.splitlines()[1:]:
         if line.startswith("## "):
-            in_paper = line == PAPER_HEADING
-        if not in_paper and not line.startswith("!["):
+            left_out = line in (PAPER_HEADING, "## Figures")
+        if not left_out and not line.startswith("!["):
             kept.append("#" + line if line.startswith("## ") else line)
     return "\n".join(kept).strip()
 

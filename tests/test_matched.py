@@ -53,5 +53,5 @@ def test_the_results_page_keeps_the_papers_table_apart_and_current() -> None:
         0
     ]
     assert section == script.paper_section()
-    report = "# title\n\n## Scores\n\nours\n\n## The paper's table\n\ntheirs\n\n## Notes\n\n![f](f.png)\nnone"
+    report = "# title\n\n## Scores\n\nours\n\n## The paper's table\n\ntheirs\n\n## Figures\n\n![f](f.png)\n\n## Notes\n\nnone"
     assert script.section_of(report) == "### Scores\n\nours\n\n### Notes\n\nnone"
