@@ -147,20 +147,34 @@ def main() -> None:
 
 
 def summary(report: str, tasks: list[str], seeds: int) -> str:
-    """The README's two lines: how many tasks show a difference, from the report's sentences."""
-    section = report.split("## Comparisons per task", 1)[-1].split("\n## ", 1)[0]
-    sentences = [line[2:] for line in section.splitlines() if line.startswith("- ")]
+    """The README's two lines, from the report's sentences: on how many tasks the scores differ,
+    and on how many the Primal block's rank_90 is below the same block's with softmax."""
+    sentences = _sentences(report, "## Comparisons per task")
     found = [s for s in sentences if " scores above " in s or " scores below " in s]
     verdict = (
         f"a difference on {len(found)} of {len(sentences)}: " + " ".join(found)
         if found
-        else f"no difference detected on any of the {len(sentences)} (95% intervals overlap)"
+        else f"no difference in score detected on any of the {len(sentences)} (95% intervals overlap)"
+    )
+    matched = [s for s in _sentences(report, "## Attention spectrum") if ", block " in s]
+    lower = [s for s in matched if "(Primal) has a lower rank_90 than" in s]
+    spectra = (
+        f" The Primal block's attention output has a lower rank_90 than the same block's with "
+        f"softmax on {len(lower)} of the {len(matched)} (beyond the spread over seeds)."
+        if matched
+        else ""
     )
     return (
         f"Matched DT against Primal-DT (only the last block's attention differs), {len(tasks)} "
-        f"datasets recorded here × {seeds} seeds, at a CPU budget: {verdict}. "
+        f"datasets recorded here × {seeds} seeds, at a CPU budget: {verdict}.{spectra} "
         "Per-task scores, intervals and the paper's table: [Results](docs/results.md)."
     )
+
+
+def _sentences(report: str, heading: str) -> list[str]:
+    """The report's bullet sentences under heading."""
+    section = report.split(heading, 1)[-1].split("\n## ", 1)[0]
+    return [line[2:] for line in section.splitlines() if line.startswith("- ")]
 
 
 def copy_figures(reported: Path, section: str) -> list[tuple[str, Path]]:

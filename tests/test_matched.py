@@ -55,3 +55,23 @@ def test_the_results_page_keeps_the_papers_table_apart_and_current() -> None:
     assert section == script.paper_section()
     report = "# title\n\n## Scores\n\nours\n\n## The paper's table\n\ntheirs\n\n## Figures\n\n![f](f.png)\n\n## Notes\n\nnone"
     assert script.section_of(report) == "### Scores\n\nours\n\n### Notes\n\nnone"
+
+
+def test_the_readme_summary_says_what_the_reports_sentences_say() -> None:
+    script = results_script()
+    report = "\n".join([
+        "# r", "## Comparisons per task", "",
+        "- No difference between a and b was detected on t1 at this budget (intervals overlap).",
+        "- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2]).",
+        "## Attention spectrum", "",
+        "- t1, block 2: a (Primal) has a lower rank_90 than b (softmax) (3 ± 1, 9 ± 1: ...).",
+        "- t2, block 2: no difference detected (a (Primal) 4 ± 2, b (softmax) 5 ± 2: ...).",
+        "- t1 (a): Primal block 2 has a lower rank_90 than softmax block 0 (...).",
+        "## Notes",
+    ])  # fmt: skip
+    text = script.summary(report, ["t1", "t2"], 5)
+    assert "2 datasets recorded here × 5 seeds" in text
+    assert "a difference on 1 of 2: a scores above b on t2" in text
+    assert "lower rank_90 than the same block's with softmax on 1 of the 2" in text
+    none = script.summary(report.replace("- a scores above", "- No difference: a"), ["t1", "t2"], 5)
+    assert "no difference in score detected on any of the 2" in none

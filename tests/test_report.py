@@ -30,8 +30,8 @@ from primal_dt.data.recording import random_policy, record_episodes, write_datas
 from primal_dt.evaluation import plots
 from primal_dt.store.rundir import RunDir, read_snapshot, write_snapshot
 from primal_dt.tools.paper import paper_scores
-from primal_dt.tools.report import paper_table, write_report
-from primal_dt.tools.runs import collect, data_identity, group, same_data
+from primal_dt.tools.report import paper_table, spectrum_sentences, write_report
+from primal_dt.tools.runs import RunSummary, collect, data_identity, group, same_data
 from primal_dt.tools.statistics import aggregates
 
 
@@ -566,3 +566,28 @@ def test_the_papers_table_is_data_of_its_own() -> None:
     assert "| walker2d-medium-expert | 107.7 ± 0.6 | 67.2 ± 27.3 |" in text
     assert "D4RL v2 datasets of a million steps" in text and "D4RL's reference scores" in text
     assert "- hopper-medium: DT 64.2 ± 1.1" in text and "ant-medium" not in text
+
+
+def _spectrum_run(config: str, seed: int, kinds: list[str], ranks: list[int]) -> RunSummary:
+    """A run whose block b's cumulative spectrum reaches 90% at exactly ranks[b] values."""
+    curves = [np.where(np.arange(1, 61) < r, 0.5, 1.0) for r in ranks]
+    return RunSummary(Path(config), "hopper-medium", config, seed, 100, kinds, spectra=curves)
+
+
+def test_spectrum_sentences_compare_the_same_block_of_the_matched_configs_first() -> None:
+    """The one change of the study (block 2: Primal against softmax) is judged first, from the
+    spread over seeds; a difference within the stds' sum is no difference detected."""
+    runs = [
+        *[_spectrum_run("m-primal", s, ["softmax", "primal"], [11 + s, 3 + s]) for s in (0, 1)],
+        *[_spectrum_run("m-softmax", s, ["softmax", "softmax"], [12 - s, 11 + s]) for s in (0, 1)],
+    ]
+    sentences = spectrum_sentences(runs)
+    assert len(sentences) == 2
+    assert sentences[0].startswith(
+        "hopper-medium, block 1: m-primal (Primal) has a lower rank_90 than m-softmax (softmax)"
+    )
+    assert sentences[1].startswith(
+        "hopper-medium (m-primal): Primal block 1 has a lower rank_90 than softmax block 0"
+    )
+    close = [_spectrum_run("m-softmax", s, ["softmax", "softmax"], [11, 4 + 2 * s]) for s in (0, 1)]
+    assert "no difference detected" in spectrum_sentences(runs[:2] + close)[0]

@@ -446,24 +446,39 @@ def spectrum_table(summaries: list[RunSummary]) -> str:
 
 
 def spectrum_sentences(summaries: list[RunSummary]) -> list[str]:
-    """Per run group with a Primal block and softmax blocks, a sentence per pair (compare_ranks)."""
+    """The sentences the rank_90 table allows (compare_ranks): first the matched ones, a Primal
+    block against the same block of a config of the same task where it is softmax (the study's
+    one change); then, within a config, its Primal block against each of its softmax blocks."""
     ranks = _ranks(summaries)
     sentences = []
+    for (task, config, block), (kind, primal_ranks, _) in ranks.items():
+        for (t, other, b), (other_kind, softmax_ranks, _) in ranks.items():
+            if kind == "primal" and other_kind == "softmax" and (t, b) == (task, block):
+                sentences.append(
+                    compare_ranks(
+                        f"{task}, block {block}",
+                        _block(f"{config} (Primal)", primal_ranks),
+                        _block(f"{other} (softmax)", softmax_ranks),
+                    )
+                )
     for task, config in unique([(task, config) for task, config, _ in ranks]):
         blocks = {b: v for (t, c, b), v in ranks.items() if (t, c) == (task, config)}
         primal = [b for b, (kind, _, _) in blocks.items() if kind == "primal"]
         softmax = [b for b, (kind, _, _) in blocks.items() if kind == "softmax"]
-        for p in primal:
-            for s in softmax:
-                a, b = blocks[p][1], blocks[s][1]
-                sentences.append(
-                    compare_ranks(
-                        f"{task} ({config})",
-                        (f"Primal block {p}", float(np.mean(a)), sample_std(a)),
-                        (f"softmax block {s}", float(np.mean(b)), sample_std(b)),
-                    )
-                )
+        sentences += [
+            compare_ranks(
+                f"{task} ({config})",
+                _block(f"Primal block {p}", blocks[p][1]),
+                _block(f"softmax block {s}", blocks[s][1]),
+            )
+            for p in primal
+            for s in softmax
+        ]
     return sentences
+
+
+def _block(name: str, ranks: list[int]) -> tuple[str, float, float | None]:
+    return name, float(np.mean(ranks)), sample_std(ranks)
 
 
 # ---- the paper's table ------------------------------------------------------------------------
@@ -613,7 +628,9 @@ def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Pat
             "run of a task; see primal_dt/evaluation/spectrum.py), from each run's last "
             "checkpoint: rank_90, the fewer singular values hold 90% of the sum, the lower the "
             "rank. A block is said to have the lower rank_90 only where the difference of the "
-            "means exceeds the sum of the stds over seeds.",
+            "means exceeds the sum of the stds over seeds. The sentences compare first the same "
+            "block of two configs of a task (where one has Primal and the other softmax), then "
+            "a Primal block with the softmax blocks of its own model.",
             spectrum_table(counted_once),
             "\n".join(f"- {s}" for s in spectrum)
             or "No run has both a Primal and a softmax block.",
