@@ -7,8 +7,8 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
     python scripts/results.py --write-docs             # and write docs/results.md and the README's summary
     python scripts/results.py --attentions all --tasks halfcheetah-medium --seeds 0,1,2
         # all seven attentions of the paper's table, on one dataset
-    python scripts/results.py --compare-init --tasks hopper-bundled --write-docs
-        # Primal-DT with each initialisation of We and Wr (model.primal_init), side by side
+    python scripts/results.py --compare-init --write-docs
+        # matched-primal with each initialisation of We and Wr (model.primal_init), side by side
     python scripts/results.py --paper --tasks halfcheetah-medium,... --device cuda --seeds 0,1,2
         # the papers' own configs at their budget (100k steps): the reproduction, on a GPU
 
@@ -44,7 +44,6 @@ RECORDED = [
     ("hopper", "medium", "medium/Hopper-v5.zip", "tqc/Hopper-v5.zip"),
     ("walker2d", "medium", "medium/Walker2d-v5.zip", "tqc/Walker2d-v5.zip"),
 ]
-SMALL = ["model.embed_dim=64", "model.primal_rank=16", "train.warmup_steps=100"]
 
 
 def record(root: Path, steps: int, env: dict[str, str]) -> list[str]:
@@ -71,12 +70,14 @@ def matched_config(out: Path, kind: str) -> Path:
 
 
 def init_config(out: Path, init: str) -> Path:
-    """configs/primal-dt.toml with model.primal_init = init, as a config of its own name
-    (primal-dt-<init>-init), so that the report sets the two side by side."""
-    text = re.sub(r"(?m)^primal_init = .*\n", "", named_config_path("primal-dt").read_text())
-    path = out / "configs" / f"primal-dt-{init}-init.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text.replace("[model]\n", f'[model]\nprimal_init = "{init}"\n', 1))
+    """The matched config with Primal in its last block (matched-primal) and model.primal_init =
+    init, as a config of its own name (matched-primal-<init>-init), so that the report sets the
+    two side by side with nothing else different."""
+    text = matched_config(out, "primal").read_text()
+    text, count = re.subn(r"(?m)^primal_init = .*$", f'primal_init = "{init}"', text)
+    assert count == 1, "configs/matched.toml sets model.primal_init once"
+    path = out / "configs" / f"matched-primal-{init}-init.toml"
+    path.write_text(text)
     return path
 
 
@@ -84,7 +85,7 @@ def comparison(args: argparse.Namespace, out: Path) -> tuple[str, str, str, list
     """(configs for the sweep, docs section, what is compared, extra settings)."""
     if args.compare_init:
         configs = [str(init_config(out, init)) for init in PRIMAL_INITS]
-        return ",".join(configs), "results-init", "Primal-DT with each initialisation", SMALL
+        return ",".join(configs), "results-init", "matched-primal with each initialisation", []
     if args.paper:
         return "dt,primal-dt", "results-paper", "the papers' DT and Primal.+DT configs", []
     kinds = list(ATTENTIONS) if args.attentions == "all" else args.attentions.split(",")

@@ -8,7 +8,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from primal_dt.common.config import load_config
+from primal_dt.common.config import PRIMAL_INITS, load_config
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
 
@@ -42,6 +42,17 @@ def test_matched_configs_differ_only_in_the_last_blocks_attention(tmp_path: Path
     sizes = {kind: sum(p.numel() for p in DecisionTransformer(c.model, 11, 3, 1000).parameters())
              for kind, c in configs.items()}  # fmt: skip
     assert sizes["linear"] == sizes["softmax"] and sizes["primal"] != sizes["softmax"]
+
+
+def test_init_configs_differ_from_matched_primal_only_in_the_initialisation(tmp_path: Path) -> None:
+    script = results_script()
+    primal = dataclasses.asdict(load_config(script.matched_config(tmp_path, "primal")))
+    for init in PRIMAL_INITS:
+        config = load_config(script.init_config(tmp_path, init))
+        assert config.model.primal_init == init
+        other = dataclasses.asdict(config)
+        other["model"]["primal_init"] = primal["model"]["primal_init"]
+        assert other == primal, init
 
 
 def test_the_results_page_keeps_the_papers_table_apart_and_current() -> None:
