@@ -5,6 +5,8 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
 
     python scripts/results.py                          # matched DT against Primal-DT, 3 medium datasets, 5 seeds
     python scripts/results.py --write-docs             # and write docs/results.md and the README's summary
+    python scripts/results.py --replay --write-docs    # the same on the medium-replay datasets
+        # (trains SAC again to record them: up to 120k steps, about 40 minutes of a core each)
     python scripts/results.py --attentions all --tasks halfcheetah-medium --seeds 0,1,2
         # all seven attentions of the paper's table, on one dataset
     python scripts/results.py --compare-init --write-docs
@@ -22,6 +24,7 @@ import argparse
 import os
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
@@ -36,26 +39,50 @@ from primal_dt.tools.report import PAPER_HEADING, paper_table
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "tests" / "policies"
 FIGURES = ROOT / "scripts" / "figures"
-# The datasets recorded here: (env, name, behaviour policy, expert policy for reference scores).
-# The medium policies are SAC trained by `primal-dt datasets make --recipe medium-replay` to a
-# third of the expert's return (tests/policies/README.md: how, and what each reached).
-RECORDED = [
-    ("halfcheetah", "medium", "medium/HalfCheetah-v5.zip", "tqc/HalfCheetah-v5.zip"),
-    ("hopper", "medium", "medium/Hopper-v5.zip", "tqc/Hopper-v5.zip"),
-    ("walker2d", "medium", "medium/Walker2d-v5.zip", "tqc/Walker2d-v5.zip"),
-]
+# The environments recorded here, with the seed of the SAC run that made each medium policy
+# (tests/policies/README.md: how, and what each reached). <env>-medium: episodes of that policy;
+# <env>-medium-replay: every transition of that SAC run, trained again with the same seed, budget
+# and one thread, as D4RL made its medium-replay data.
+RECORDED = {"halfcheetah": ("HalfCheetah-v5", 0), "hopper": ("Hopper-v5", 1),
+            "walker2d": ("Walker2d-v5", 0)}  # fmt: skip
+SAC_BUDGET = 120000  # SAC steps at most, as for the medium policies
 
 
-def record(root: Path, steps: int, env: dict[str, str]) -> list[str]:
-    """The datasets of RECORDED in root (made once), with measured reference scores."""
-    tasks = []
-    for name, quality, policy, expert in RECORDED:
-        if not (root / "primal-dt" / name / f"{quality}-v0").exists():
-            primal_dt("datasets", "make", "--env", name, "--recipe", "policy", "--name", quality,
-                      "--policy", str(POLICIES / policy), "--steps", str(steps),
-                      "--expert-policy", str(POLICIES / expert), "--no-progress", env=env)  # fmt: skip
-        tasks.append(f"{name}-{quality}")
-    return tasks
+def recorded_tasks(quality: str) -> list[str]:
+    return [f"{name}-{quality}" for name in RECORDED]
+
+
+def make_arguments(task: str, root: Path, steps: int) -> list[str] | None:
+    """The `primal-dt datasets make` arguments that record task, or None for a task this script
+    does not record (it must then be in the Minari root already)."""
+    name, _, quality = task.partition("-")
+    if name not in RECORDED or quality not in ("medium", "medium-replay"):
+        return None
+    gym_id, sac_seed = RECORDED[name]
+    common = ["--env", name, "--expert-policy", str(POLICIES / "tqc" / f"{gym_id}.zip"),
+              "--no-progress"]  # fmt: skip
+    if quality == "medium":
+        return [*common, "--recipe", "policy", "--name", "medium", "--steps", str(steps),
+                "--policy", str(POLICIES / "medium" / f"{gym_id}.zip")]  # fmt: skip
+    return [*common, "--recipe", "medium-replay", "--seed", str(sac_seed),
+            "--max-steps", str(SAC_BUDGET),
+            "--policy-out", str(root.parent / "replay-policies" / f"{gym_id}.zip")]  # fmt: skip
+
+
+def record(root: Path, tasks: list[str], steps: int, env: dict[str, str], parallel: int) -> None:
+    """The tasks this script records that root lacks, recorded there with measured reference
+    scores, `parallel` at once, each on one thread (the same bits however many run beside it)."""
+    missing = []
+    for task in tasks:
+        name, _, quality = task.partition("-")
+        arguments = make_arguments(task, root, steps)
+        if arguments is not None and not (root / "primal-dt" / name / f"{quality}-v0").exists():
+            print(f"recording {task}", flush=True)
+            missing.append(arguments)
+    one_thread = {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    with ThreadPoolExecutor(max(1, parallel)) as pool:
+        list(pool.map(lambda arguments: primal_dt("datasets", "make", *arguments, env=one_thread),
+                      missing))  # fmt: skip
 
 
 def matched_config(out: Path, kind: str) -> Path:
@@ -81,8 +108,11 @@ def init_config(out: Path, init: str) -> Path:
     return path
 
 
-def comparison(args: argparse.Namespace, out: Path) -> tuple[str, str, str, list[str]]:
-    """(configs for the sweep, docs section, what is compared, extra settings)."""
+def comparison(
+    args: argparse.Namespace, out: Path, tasks: list[str]
+) -> tuple[str, str, str, list[str]]:
+    """(configs for the sweep, docs section, what is compared, extra settings): the matched
+    comparison on medium-replay data has a section of its own."""
     if args.compare_init:
         configs = [str(init_config(out, init)) for init in PRIMAL_INITS]
         return ",".join(configs), "results-init", "matched-primal with each initialisation", []
@@ -90,7 +120,8 @@ def comparison(args: argparse.Namespace, out: Path) -> tuple[str, str, str, list
         return "dt,primal-dt", "results-paper", "the papers' DT and Primal.+DT configs", []
     kinds = list(ATTENTIONS) if args.attentions == "all" else args.attentions.split(",")
     configs = ",".join(str(matched_config(out, kind)) for kind in kinds)
-    section = "results-attentions" if len(kinds) > 2 else "results"
+    replay = all(task.endswith("-medium-replay") for task in tasks)
+    section = "results-attentions" if len(kinds) > 2 else "results-replay" if replay else "results"
     return configs, section, f"the matched config with {', '.join(kinds)} in its last block", []
 
 
@@ -100,6 +131,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds (0,1,2,3,4)")
     parser.add_argument("--dataset-steps", type=int, default=200000, help="steps recorded")
     parser.add_argument("--tasks", help="tasks instead of the recorded medium ones")
+    parser.add_argument("--replay", action="store_true",
+                        help="the recorded medium-replay datasets instead (trains SAC to make them)")  # fmt: skip
     parser.add_argument("--attentions", default="softmax,primal",
                         help="kinds in the matched config's last block, or 'all' (softmax,primal)")  # fmt: skip
     parser.add_argument("--episodes", type=int, help="final episodes per target (the config's)")
@@ -113,8 +146,13 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out).resolve()
     env = {**os.environ, "MINARI_DATASETS_PATH": str(out / "minari")}
-    tasks = args.tasks.split(",") if args.tasks else record(out / "minari", args.dataset_steps, env)
-    configs, section, compared, settings = comparison(args, out)
+    tasks = (
+        args.tasks.split(",")
+        if args.tasks
+        else recorded_tasks("medium-replay" if args.replay else "medium")
+    )
+    record(out / "minari", tasks, args.dataset_steps, env, args.parallel)
+    configs, section, compared, settings = comparison(args, out, tasks)
     if args.episodes is not None:
         settings = [*settings, f"eval.final_episodes={args.episodes}"]
     steps = ["--steps", str(args.steps)] if args.steps else []

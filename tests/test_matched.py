@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
+from primal_dt.cli import build_parser
 from primal_dt.common.config import PRIMAL_INITS, load_config
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+POLICIES = SCRIPTS.parent / "tests" / "policies"
 
 
 def results_script():
@@ -53,6 +56,30 @@ def test_init_configs_differ_from_matched_primal_only_in_the_initialisation(tmp_
         other = dataclasses.asdict(config)
         other["model"]["primal_init"] = primal["model"]["primal_init"]
         assert other == primal, init
+
+
+def test_the_recorded_datasets_are_made_from_the_kept_policies_and_their_sac_runs(
+    tmp_path: Path,
+) -> None:
+    """medium: the policy in tests/policies/medium; medium-replay: the SAC run that made it, with
+    the seed tests/policies/README.md records for it; both parse as `datasets make` options."""
+    script = results_script()
+    readme = (SCRIPTS.parent / "tests" / "policies" / "README.md").read_text()
+    seeds = dict(re.findall(r"^\| medium/(\w+-v5)\.zip \| \S+ \| (\d+) \|", readme, re.M))
+    assert len(seeds) == 3
+    for quality in ("medium", "medium-replay"):
+        for task in script.recorded_tasks(quality):
+            arguments = script.make_arguments(task, tmp_path / "minari", 1000)
+            options = build_parser().parse_args(["datasets", "make", *arguments])
+            assert Path(options.expert_policy).is_file()
+            gym_id = Path(options.expert_policy).stem
+            if quality == "medium":
+                assert options.recipe == "policy" and options.name == "medium"
+                assert Path(options.policy) == POLICIES / "medium" / f"{gym_id}.zip"
+            else:
+                assert options.recipe == "medium-replay" and options.seed == int(seeds[gym_id])
+                assert options.max_steps == 120000
+    assert script.make_arguments("hopper-expert", tmp_path, 1000) is None
 
 
 def test_the_results_page_keeps_the_papers_table_apart_and_current() -> None:
