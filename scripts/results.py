@@ -169,8 +169,8 @@ def main() -> None:
     seeds = len(args.seeds.split(","))
     text = "\n".join([
         f"Made by `python scripts/results.py` ({section}) on {date.today()}, "
-        f"{device_name_for(args.device)}, {minutes:.0f} minutes from the first run's start to the "
-        f"last one's end: {len(tasks)} "
+        f"{device_name_for(args.device)}, {minutes:.0f} minutes of training (from each run's start to its "
+        f"end, overlaps counted once): {len(tasks)} "
         f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x {seeds} seeds.",
         "",
         section_of(report),
@@ -252,11 +252,17 @@ def paper_section() -> str:
 
 
 def study_minutes(runs: Path) -> float:
-    """Minutes from the first run's start (its config.json) to the last one's end (its
-    eval.jsonl), read from the run folders: the same figure when the report is made again."""
-    starts = [p.stat().st_mtime for p in runs.rglob("config.json")]
-    ends = [p.stat().st_mtime for p in runs.rglob("eval.jsonl")]
-    return (max(ends) - min(starts)) / 60 if starts and ends else 0.0
+    """Minutes during which some run was training: the union of each run's span, from its start
+    (its config.json) to its end (its eval.jsonl), read from the run folders, so the same figure
+    when the report is made again, and no idle hours counted where a study was run in parts."""
+    spans = sorted((folder.joinpath("config.json").stat().st_mtime, ends.stat().st_mtime)
+                   for ends in runs.rglob("eval.jsonl")
+                   if (folder := ends.parent).joinpath("config.json").exists())  # fmt: skip
+    total, reached = 0.0, float("-inf")
+    for start, end in spans:
+        total += max(0.0, end - max(start, reached))
+        reached = max(reached, end)
+    return total / 60
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -113,3 +114,15 @@ def test_the_readme_summary_says_what_the_reports_sentences_say() -> None:
     assert "lower rank_90 than the same block's with softmax on 1 of the 2" in text
     none = script.summary(report.replace("- a scores above", "- No difference: a"), ["t1", "t2"], 5)
     assert "no difference in score detected on any of the 2" in none
+
+
+def test_study_minutes_count_overlapping_runs_once_and_no_gap_between_parts(tmp_path: Path) -> None:
+    script = results_script()
+    for name, start, end in [("a", 0, 600), ("b", 300, 900), ("c", 3600, 3900)]:  # seconds
+        folder = tmp_path / "task" / name
+        folder.mkdir(parents=True)
+        for file, when in (("config.json", start), ("eval.jsonl", end)):
+            (folder / file).write_text("{}")
+            os.utime(folder / file, (1e9 + when, 1e9 + when))
+    (tmp_path / "task" / "unstarted").mkdir()
+    assert script.study_minutes(tmp_path) == (900 + 300) / 60
