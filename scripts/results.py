@@ -6,7 +6,7 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
     python scripts/results.py                          # matched DT against Primal-DT, 3 medium datasets, 5 seeds
     python scripts/results.py --write-docs             # and write docs/results.md and the README's summary
     python scripts/results.py --replay --write-docs    # the same on the medium-replay datasets
-        # (trains SAC again to record them: up to 120k steps, about 40 minutes of a core each)
+        # (trains SAC again to record them: 55k to 120k steps, 12 to 32 minutes of a core each)
     python scripts/results.py --attentions all --tasks halfcheetah-medium --seeds 0,1,2
         # all seven attentions of the paper's table, on one dataset
     python scripts/results.py --compare-init --write-docs
