@@ -4,9 +4,11 @@ training, a failing snapshot that does not stop training, --watch, and the multi
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -108,21 +110,28 @@ def test_watch_evaluates_what_an_external_service_queues(minari_root, tmp_path, 
     assert (run_dir / "checkpoints" / "step_00000010.pt").exists()
 
     # The command runs until it is stopped, evaluating checkpoints as they appear.
+    # It writes the record before it prints the line: wait for the line (read as it comes), not
+    # for the record, before stopping it.
     watcher = subprocess.Popen(
         [sys.executable, "-m", "primal_dt.cli", "eval", "--watch", str(run_dir), "--device", "cpu"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
+    lines: list[str] = []
+    assert watcher.stdout is not None
+    threading.Thread(target=lines.extend, args=(watcher.stdout,), daemon=True).start()
     try:
         assert main(["train", "--resume", str(run_dir), "--steps", "15", "--no-progress"]) == 0
         deadline = time.monotonic() + 60
-        while not any(r.step == 15 and r.final for r in read_results(RunDir(run_dir))):
+        while not any("step 15: final evaluation over 2 episodes" in line for line in lines):
             assert time.monotonic() < deadline, "the watcher evaluated nothing"
             time.sleep(0.2)
     finally:
         watcher.send_signal(signal.SIGINT)
-        out, err = watcher.communicate(timeout=30)
+        err = watcher.stderr.read() if watcher.stderr else ""
+        watcher.wait(timeout=30)
     assert watcher.returncode == 0, err
-    assert "step 15: final evaluation over 2 episodes" in out
+    assert any(r.step == 15 and r.final for r in read_results(RunDir(run_dir)))
     assert "stopped watching" in err
 
 
