@@ -7,6 +7,8 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
     python scripts/results.py --write-docs             # and write docs/results.md and the README's summary
     python scripts/results.py --replay --write-docs    # the same on the medium-replay datasets
         # (trains SAC again to record them: 55k to 120k steps, 12 to 32 minutes of a core each)
+    python scripts/results.py --medium-expert --write-docs   # ... on the medium-expert datasets
+        # (the medium episodes and as many steps of the TQC expert's, as D4RL combined them)
     python scripts/results.py --attentions all --tasks halfcheetah-medium --seeds 0,1,2
         # all seven attentions of the paper's table, on one dataset
     python scripts/results.py --compare-init --write-docs
@@ -42,10 +44,15 @@ FIGURES = ROOT / "scripts" / "figures"
 # The environments recorded here, with the seed of the SAC run that made each medium policy
 # (tests/policies/README.md: how, and what each reached). <env>-medium: episodes of that policy;
 # <env>-medium-replay: every transition of that SAC run, trained again with the same seed, budget
-# and one thread, as D4RL made its medium-replay data.
+# and one thread, as D4RL made its medium-replay data; <env>-expert: episodes of the TQC expert in
+# tests/policies/tqc; <env>-medium-expert: the medium and expert datasets in one, equal in steps, as
+# D4RL's (a million steps of each).
 RECORDED = {"halfcheetah": ("HalfCheetah-v5", 0), "hopper": ("Hopper-v5", 1),
             "walker2d": ("Walker2d-v5", 0)}  # fmt: skip
 SAC_BUDGET = 120000  # SAC steps at most, as for the medium policies
+# The results page's section for a study on the datasets of one quality (docs/results.md).
+SECTIONS = {"medium": "results", "medium-replay": "results-replay",
+            "medium-expert": "results-expert"}  # fmt: skip
 
 
 def recorded_tasks(quality: str) -> list[str]:
@@ -56,33 +63,48 @@ def make_arguments(task: str, root: Path, steps: int) -> list[str] | None:
     """The `primal-dt datasets make` arguments that record task, or None for a task this script
     does not record (it must then be in the Minari root already)."""
     name, _, quality = task.partition("-")
-    if name not in RECORDED or quality not in ("medium", "medium-replay"):
+    if name not in RECORDED or quality not in ("medium", "expert", *SECTIONS):
         return None
     gym_id, sac_seed = RECORDED[name]
     common = ["--env", name, "--expert-policy", str(POLICIES / "tqc" / f"{gym_id}.zip"),
               "--no-progress"]  # fmt: skip
-    if quality == "medium":
-        return [*common, "--recipe", "policy", "--name", "medium", "--steps", str(steps),
-                "--policy", str(POLICIES / "medium" / f"{gym_id}.zip")]  # fmt: skip
+    if quality in ("medium", "expert"):
+        policy = POLICIES / ("medium" if quality == "medium" else "tqc") / f"{gym_id}.zip"
+        return [*common, "--recipe", "policy", "--name", quality, "--steps", str(steps),
+                "--policy", str(policy)]  # fmt: skip
+    if quality == "medium-expert":
+        return [*common, "--recipe", "medium-expert", "--offline"]
     return [*common, "--recipe", "medium-replay", "--seed", str(sac_seed),
             "--max-steps", str(SAC_BUDGET),
             "--policy-out", str(root.parent / "replay-policies" / f"{gym_id}.zip")]  # fmt: skip
 
 
+def recording_stages(tasks: list[str]) -> list[list[str]]:
+    """The datasets to record for tasks, in two stages: first every single dataset (a
+    combination's parts among them), then the combinations (medium-expert), which read them."""
+    combined = [task for task in tasks if task.endswith("-medium-expert")]
+    parts = [task.replace("-medium-expert", f"-{part}") for task in combined
+             for part in ("medium", "expert")]  # fmt: skip
+    single = [task for task in tasks if task not in combined]
+    return [list(dict.fromkeys([*single, *parts])), combined]
+
+
 def record(root: Path, tasks: list[str], steps: int, env: dict[str, str], parallel: int) -> None:
-    """The tasks this script records that root lacks, recorded there with measured reference
-    scores, `parallel` at once, each on one thread (the same bits however many run beside it)."""
-    missing = []
-    for task in tasks:
-        name, _, quality = task.partition("-")
-        arguments = make_arguments(task, root, steps)
-        if arguments is not None and not (root / "primal-dt" / name / f"{quality}-v0").exists():
-            print(f"recording {task}", flush=True)
-            missing.append(arguments)
+    """The datasets of tasks that this script records and root lacks, recorded there with
+    measured reference scores (recording_stages' order), `parallel` at once, each on one thread
+    (the same bits however many run beside it)."""
     one_thread = {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    with ThreadPoolExecutor(max(1, parallel)) as pool:
-        list(pool.map(lambda arguments: primal_dt("datasets", "make", *arguments, env=one_thread),
-                      missing))  # fmt: skip
+    for stage in recording_stages(tasks):
+        missing = []
+        for task in stage:
+            name, _, quality = task.partition("-")
+            arguments = make_arguments(task, root, steps)
+            if arguments is not None and not (root / "primal-dt" / name / f"{quality}-v0").exists():
+                print(f"recording {task}", flush=True)
+                missing.append(arguments)
+        with ThreadPoolExecutor(max(1, parallel)) as pool:
+            list(pool.map(lambda arguments: primal_dt("datasets", "make", *arguments,
+                                                      env=one_thread), missing))  # fmt: skip
 
 
 def matched_config(out: Path, kind: str) -> Path:
@@ -120,8 +142,9 @@ def comparison(
         return "dt,primal-dt", "results-paper", "the papers' DT and Primal.+DT configs", []
     kinds = list(ATTENTIONS) if args.attentions == "all" else args.attentions.split(",")
     configs = ",".join(str(matched_config(out, kind)) for kind in kinds)
-    replay = all(task.endswith("-medium-replay") for task in tasks)
-    section = "results-attentions" if len(kinds) > 2 else "results-replay" if replay else "results"
+    qualities = {task.partition("-")[2] for task in tasks}
+    quality = qualities.pop() if len(qualities) == 1 else "medium"
+    section = "results-attentions" if len(kinds) > 2 else SECTIONS.get(quality, "results")
     return configs, section, f"the matched config with {', '.join(kinds)} in its last block", []
 
 
@@ -131,8 +154,11 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds (0,1,2,3,4)")
     parser.add_argument("--dataset-steps", type=int, default=200000, help="steps recorded")
     parser.add_argument("--tasks", help="tasks instead of the recorded medium ones")
-    parser.add_argument("--replay", action="store_true",
-                        help="the recorded medium-replay datasets instead (trains SAC to make them)")  # fmt: skip
+    datasets = parser.add_mutually_exclusive_group()
+    datasets.add_argument("--replay", action="store_true",
+                          help="the recorded medium-replay datasets instead (trains SAC to make them)")  # fmt: skip
+    datasets.add_argument("--medium-expert", action="store_true",
+                          help="the recorded medium-expert datasets instead (records the expert's)")  # fmt: skip
     parser.add_argument("--attentions", default="softmax,primal",
                         help="kinds in the matched config's last block, or 'all' (softmax,primal)")  # fmt: skip
     parser.add_argument("--episodes", type=int, help="final episodes per target (the config's)")
@@ -142,17 +168,18 @@ def main() -> None:
     parser.add_argument("--paper", action="store_true", help="the papers' configs at their budget")
     parser.add_argument("--compare-init", action="store_true",
                         help="Primal-DT with each initialisation of We and Wr (model.primal_init)")  # fmt: skip
+    parser.add_argument("--section", help="the docs section to write (default: the study's)")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     env = {**os.environ, "MINARI_DATASETS_PATH": str(out / "minari")}
-    tasks = (
-        args.tasks.split(",")
-        if args.tasks
-        else recorded_tasks("medium-replay" if args.replay else "medium")
+    quality = (
+        "medium-replay" if args.replay else "medium-expert" if args.medium_expert else "medium"
     )
+    tasks = args.tasks.split(",") if args.tasks else recorded_tasks(quality)
     record(out / "minari", tasks, args.dataset_steps, env, args.parallel)
     configs, section, compared, settings = comparison(args, out, tasks)
+    section = args.section or section
     if args.episodes is not None:
         settings = [*settings, f"eval.final_episodes={args.episodes}"]
     steps = ["--steps", str(args.steps)] if args.steps else []

@@ -3,6 +3,7 @@ read back as training reads them, differ from DT's only in the last block's kind
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib.util
 import os
@@ -80,7 +81,35 @@ def test_the_recorded_datasets_are_made_from_the_kept_policies_and_their_sac_run
             else:
                 assert options.recipe == "medium-replay" and options.seed == int(seeds[gym_id])
                 assert options.max_steps == 120000
-    assert script.make_arguments("hopper-expert", tmp_path, 1000) is None
+    assert script.make_arguments("hopper-simple", tmp_path, 1000) is None
+
+
+def test_medium_expert_is_recorded_after_its_parts_from_the_medium_and_expert_policies(
+    tmp_path: Path,
+) -> None:
+    """expert: episodes of the TQC expert, as many steps as the medium's; medium-expert: both in
+    one, made offline from the two recorded here, which are recorded first."""
+    script = results_script()
+    tasks = script.recorded_tasks("medium-expert")
+    stages = script.recording_stages([*tasks, "hopper-medium"])
+    assert stages[1] == tasks
+    assert sorted(stages[0]) == sorted(
+        f"{env}-{part}" for env in script.RECORDED for part in ("medium", "expert")
+    )
+    for env, (gym_id, _) in script.RECORDED.items():
+        parse = build_parser().parse_args
+        medium, expert = (
+            parse(["datasets", "make", *script.make_arguments(f"{env}-{q}", tmp_path, 1000)])
+            for q in ("medium", "expert")
+        )
+        assert expert.recipe == "policy" and expert.name == "expert"
+        assert Path(expert.policy) == POLICIES / "tqc" / f"{gym_id}.zip"
+        assert expert.steps == medium.steps == 1000
+        combined = parse(
+            ["datasets", "make", *script.make_arguments(f"{env}-medium-expert", tmp_path, 1000)]
+        )
+        assert combined.recipe == "medium-expert" and combined.offline
+        assert combined.expert_policy == expert.expert_policy == medium.expert_policy
 
 
 def test_the_results_page_keeps_the_papers_table_apart_and_current() -> None:
@@ -126,3 +155,15 @@ def test_study_minutes_count_overlapping_runs_once_and_no_gap_between_parts(tmp_
             os.utime(folder / file, (1e9 + when, 1e9 + when))
     (tmp_path / "task" / "unstarted").mkdir()
     assert script.study_minutes(tmp_path) == (900 + 300) / 60
+
+
+def test_each_quality_has_its_own_section_of_the_results_page(tmp_path: Path) -> None:
+    script = results_script()
+    page = (SCRIPTS.parent / "docs" / "results.md").read_text()
+    args = argparse.Namespace(compare_init=False, paper=False, attentions="softmax,primal")
+    for quality, section in script.SECTIONS.items():
+        tasks = script.recorded_tasks(quality)
+        assert script.comparison(args, tmp_path, tasks)[1] == section
+        assert f"<!-- {section}:start -->" in page
+    args.attentions = "all"
+    assert script.comparison(args, tmp_path, ["halfcheetah-medium"])[1] == "results-attentions"
