@@ -41,6 +41,7 @@ from primal_dt.tools.report import PAPER_HEADING, paper_table
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "tests" / "policies"
 FIGURES = ROOT / "scripts" / "figures"
+RESULTS_PAGE = ROOT / "docs" / "results.md"
 # The environments recorded here, with the seed of the SAC run that made each medium policy
 # (tests/policies/README.md: how, and what each reached). <env>-medium: episodes of that policy;
 # <env>-medium-replay: every transition of that SAC run, trained again with the same seed, budget
@@ -168,7 +169,9 @@ def main() -> None:
     parser.add_argument("--paper", action="store_true", help="the papers' configs at their budget")
     parser.add_argument("--compare-init", action="store_true",
                         help="Primal-DT with each initialisation of We and Wr (model.primal_init)")  # fmt: skip
-    parser.add_argument("--section", help="the docs section to write (default: the study's)")
+    parser.add_argument("--section",
+                        help="the docs section to write (default: the study's quality's; "
+                             "<that>-<env> for some of its tasks apart, counted in the summary)")  # fmt: skip
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     out = Path(args.out).resolve()
@@ -208,21 +211,28 @@ def main() -> None:
     if args.write_docs:
         write_section(section, text)
         write_section("paper-table", paper_section())
-        if section == "results":
-            write_section("results-summary", summary(report, tasks, seeds))
+        write_section("results-summary", summary(RESULTS_PAGE.read_text()))
 
 
-def summary(report: str, tasks: list[str], seeds: int) -> str:
-    """The README's two lines, from the report's sentences: on how many tasks the scores differ,
-    and on how many the Primal block's rank_90 is below the same block's with softmax."""
-    sentences = _sentences(report, "## Comparisons per task")
+def summary(page: str) -> str:
+    """The README's two lines, from the sentences of the results page's matched DT-against-
+    Primal-DT sections (one per quality of dataset): on how many datasets the scores differ, and
+    on how many the Primal block's rank_90 is below the same block's with softmax."""
+    studies = [_section(page, name) for name in SECTIONS.values()]
+    envs = "|".join(RECORDED)  # and <section>-<env>: some tasks of a quality, made apart
+    studies += [_section(page, f"{name}-{more}") for name in SECTIONS.values()
+                for more in re.findall(rf"<!-- {name}-((?:{envs})[\w-]*):start -->", page)]  # fmt: skip
+    studies = [text for text in studies if text]
+    sentences = [s for text in studies for s in _sentences(text, "Comparisons per task")]
+    seeds = sorted({int(n) for text in studies for n in re.findall(r" x (\d+) seeds\.", text)})
     found = [s for s in sentences if " scores above " in s or " scores below " in s]
     verdict = (
         f"a difference on {len(found)} of {len(sentences)}: " + " ".join(found)
         if found
         else f"no difference in score detected on any of the {len(sentences)} (95% intervals overlap)"
     )
-    matched = [s for s in _sentences(report, "## Attention spectrum") if ", block " in s]
+    matched = [s for text in studies for s in _sentences(text, "Attention spectrum")
+               if ", block " in s]  # fmt: skip
     lower = [s for s in matched if "(Primal) has a lower rank_90 than" in s]
     spectra = (
         f" The Primal block's attention output has a lower rank_90 than the same block's with "
@@ -231,16 +241,25 @@ def summary(report: str, tasks: list[str], seeds: int) -> str:
         else ""
     )
     return (
-        f"Matched DT against Primal-DT (only the last block's attention differs), {len(tasks)} "
-        f"datasets recorded here × {seeds} seeds, at a CPU budget: {verdict}.{spectra} "
+        f"Matched DT against Primal-DT (only the last block's attention differs), "
+        f"{len(sentences)} datasets recorded here × {' or '.join(map(str, seeds))} seeds, at a "
+        f"CPU budget: {verdict}.{spectra} "
         "Per-task scores, intervals and the paper's table: [Results](docs/results.md)."
     )
 
 
-def _sentences(report: str, heading: str) -> list[str]:
-    """The report's bullet sentences under heading."""
-    section = report.split(heading, 1)[-1].split("\n## ", 1)[0]
-    return [line[2:] for line in section.splitlines() if line.startswith("- ")]
+def _section(page: str, name: str) -> str:
+    """The text between the page's markers of section name, or "" where it has none."""
+    found = re.search(rf"<!-- {name}:start -->\n(.*?)<!-- {name}:end -->", page, re.S)
+    return found.group(1) if found else ""
+
+
+def _sentences(text: str, heading: str) -> list[str]:
+    """The bullet sentences under the heading (of any level) named heading."""
+    found = re.search(rf"(?m)^#+ {re.escape(heading)}\n(.*?)(?=^#|\Z)", text, re.S | re.M)
+    return (
+        [line[2:] for line in found.group(1).splitlines() if line.startswith("- ")] if found else []
+    )
 
 
 def copy_figures(reported: Path, section: str) -> list[tuple[str, Path]]:

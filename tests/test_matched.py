@@ -125,24 +125,41 @@ def test_the_results_page_keeps_the_papers_table_apart_and_current() -> None:
     assert script.section_of(report) == "### Scores\n\nours\n\n### Notes\n\nnone"
 
 
-def test_the_readme_summary_says_what_the_reports_sentences_say() -> None:
+def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
+    """It counts every matched DT-against-Primal-DT section (one per quality, and the tasks of a
+    quality made apart), and neither the seven attentions nor the initialisations."""
     script = results_script()
-    report = "\n".join([
-        "# r", "## Comparisons per task", "",
-        "- No difference between a and b was detected on t1 at this budget (intervals overlap).",
-        "- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2]).",
-        "## Attention spectrum", "",
-        "- t1, block 2: a (Primal) has a lower rank_90 than b (softmax) (3 ± 1, 9 ± 1: ...).",
-        "- t2, block 2: no difference detected (a (Primal) 4 ± 2, b (softmax) 5 ± 2: ...).",
-        "- t1 (a): Primal block 2 has a lower rank_90 than softmax block 0 (...).",
-        "## Notes",
+
+    def section(name: str, seeds: int, comparisons: list[str], spectra: list[str]) -> str:
+        return "\n".join([
+            f"<!-- {name}:start -->", f"Made by ... x the matched config ... x {seeds} seeds.",
+            "", "### Comparisons per task", "", *comparisons, "", "### Aggregates over tasks",
+            "", "- not a comparison", "", "### Attention spectrum", "", *spectra, "",
+            "### Notes", "", f"<!-- {name}:end -->",
+        ])  # fmt: skip
+
+    page = "\n\n".join([
+        section("results", 5,
+                ["- No difference between a and b was detected on t1 at this budget (overlap)."],
+                ["- t1, block 2: a (Primal) has a lower rank_90 than b (softmax) (3 ± 1, 9 ± 1).",
+                 "- t1 (a): Primal block 2 has a lower rank_90 than softmax block 0 (...)."]),
+        section("results-replay-hopper", 5,
+                ["- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2])."],
+                ["- t2, block 2: no difference detected (a (Primal) 4 ± 2, b (softmax) 5 ± 2)."]),
+        section("results-attentions", 3,
+                ["- c scores below b on t1 at this budget (intervals [1, 2] and [5, 6])."], []),
+        section("results-init", 5, ["- d scores above e on t1 at this budget."], []),
     ])  # fmt: skip
-    text = script.summary(report, ["t1", "t2"], 5)
+    text = script.summary(page)
     assert "2 datasets recorded here × 5 seeds" in text
     assert "a difference on 1 of 2: a scores above b on t2" in text
     assert "lower rank_90 than the same block's with softmax on 1 of the 2" in text
-    none = script.summary(report.replace("- a scores above", "- No difference: a"), ["t1", "t2"], 5)
+    none = script.summary(page.replace("- a scores above", "- No difference: a"))
     assert "no difference in score detected on any of the 2" in none
+    # The README holds what the page says now.
+    readme = (SCRIPTS.parent / "README.md").read_text()
+    current = script.summary((SCRIPTS.parent / "docs" / "results.md").read_text())
+    assert f"<!-- results-summary:start -->\n{current}\n<!-- results-summary:end -->" in readme
 
 
 def test_study_minutes_count_overlapping_runs_once_and_no_gap_between_parts(tmp_path: Path) -> None:
