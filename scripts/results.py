@@ -23,6 +23,7 @@ does not reproduce the paper's numbers, which came from D4RL v2 datasets at 100k
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -199,7 +200,8 @@ def main() -> None:
     seeds = len(args.seeds.split(","))
     text = "\n".join([
         f"Made by `python scripts/results.py` ({section}) on {date.today()}, "
-        f"{device_name_for(args.device)}, {minutes:.0f} minutes of training (from each run's start to its "
+        f"{device_name_for(args.device)}, trained in {study_precision(runs)}, "
+        f"{minutes:.0f} minutes of training (from each run's start to its "
         f"end, overlaps counted once): {len(tasks)} "
         f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x {seeds} seeds.",
         "",
@@ -295,6 +297,15 @@ def section_of(report: str) -> str:
 def paper_section() -> str:
     """The paper's table as the report renders it, without its heading (the page has one)."""
     return paper_table(paper_scores()).removeprefix(PAPER_HEADING).strip()
+
+
+def study_precision(runs: Path) -> str:
+    """The precision the runs trained in, as each recorded it (train.precision resolved: auto
+    picks bf16 only on hardware with a bf16 unit, so a study's numbers depend on it)."""
+    found = {
+        json.loads(path.read_text())["train"]["precision"] for path in runs.rglob("config.json")
+    }
+    return " and ".join(sorted(found)) or "no recorded precision"
 
 
 def study_minutes(runs: Path) -> float:

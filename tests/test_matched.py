@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -184,3 +185,14 @@ def test_each_quality_has_its_own_section_of_the_results_page(tmp_path: Path) ->
         assert f"<!-- {section}:start -->" in page
     args.attentions = "all"
     assert script.comparison(args, tmp_path, ["halfcheetah-medium"])[1] == "results-attentions"
+
+
+def test_the_studys_precision_is_read_from_what_its_runs_recorded(tmp_path: Path) -> None:
+    script = results_script()
+    assert script.study_precision(tmp_path) == "no recorded precision"
+    for name, precision in [("a", "fp32"), ("b", "fp32"), ("c", "bf16")]:
+        folder = tmp_path / "task" / name
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps({"train": {"precision": precision}}))
+    assert script.study_precision(tmp_path / "task" / "a") == "fp32"
+    assert script.study_precision(tmp_path) == "bf16 and fp32"
