@@ -243,9 +243,9 @@ def summary(page: str) -> str:
         else ""
     )
     return (
-        f"Matched DT against Primal-DT (only the last block's attention differs), "
-        f"{len(sentences)} datasets recorded here × {' or '.join(map(str, seeds))} seeds, at a "
-        f"CPU budget: {verdict}.{spectra} "
+        f"Matched DT against Primal-DT (only the last block's attention differs) on "
+        f"{len(sentences)} of the datasets recorded here, {' or '.join(map(str, seeds))} seeds "
+        f"each, at a CPU budget: {verdict}.{spectra} "
         "Per-task scores, intervals and the paper's table: [Results](docs/results.md)."
     )
 

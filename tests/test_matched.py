@@ -152,7 +152,7 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
         section("results-init", 5, ["- d scores above e on t1 at this budget."], []),
     ])  # fmt: skip
     text = script.summary(page)
-    assert "2 datasets recorded here × 5 seeds" in text
+    assert "on 2 of the datasets recorded here, 5 seeds each" in text
     assert "a difference on 1 of 2: a scores above b on t2" in text
     assert "lower rank_90 than the same block's with softmax on 1 of the 2" in text
     none = script.summary(page.replace("- a scores above", "- No difference: a"))
