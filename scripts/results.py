@@ -196,18 +196,24 @@ def main() -> None:
     primal_dt("report", str(runs), "--out", str(reported), env=env)
     minutes = study_minutes(runs)
     report = (reported / "report.md").read_text()
-    pictures = copy_figures(reported, section)
+    # The docs show copies of the figures; a study that writes no docs writes nothing outside --out.
+    pictures = (
+        copy_figures(reported, section)
+        if args.write_docs
+        else [(picture.name, picture) for picture in sorted(reported.glob("*.png"))]
+    )
     seeds = len(args.seeds.split(","))
     text = "\n".join([
         f"Made by `python scripts/results.py` ({section}) on {date.today()}, "
         f"{device_name_for(args.device)}, trained in {study_precision(runs)}, "
         f"{minutes:.0f} minutes of training (from each run's start to its "
-        f"end, overlaps counted once): {len(tasks)} "
+        f"end, overlaps counted once; {study_steps(runs) / (minutes / 60):,.0f} training steps "
+        f"an hour of the study, evaluations included): {len(tasks)} "
         f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x {seeds} seeds.",
         "",
         section_of(report),
         "",
-        *[f"![{name}](../{path.relative_to(ROOT)})\n" for name, path in pictures],
+        *[f"![{name}]({figure_link(path)})\n" for name, path in pictures],
     ])  # fmt: skip
     print(text)
     if args.write_docs:
@@ -272,6 +278,16 @@ def copy_figures(reported: Path, section: str) -> list[tuple[str, Path]]:
         shutil.copy(picture, target)
         copied.append((picture.name, target))
     return copied
+
+
+def figure_link(path: Path) -> str:
+    """A figure as the docs link it (from docs/), or its own path where it is not in the checkout."""
+    return f"../{path.relative_to(ROOT)}" if path.is_relative_to(ROOT) else str(path)
+
+
+def study_steps(runs: Path) -> int:
+    """The training steps of every run of the study, as each recorded them (config.json)."""
+    return sum(json.loads(path.read_text())["train"]["steps"] for path in runs.rglob("config.json"))
 
 
 def device_name_for(device: str) -> str:

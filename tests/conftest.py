@@ -4,6 +4,7 @@ minari.create_dataset_from_buffers into a temporary MINARI_DATASETS_PATH for the
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,11 @@ from primal_dt.training.trainer import Trainer
 # each other when the suite shares two cores with subprocesses or other jobs.
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"
+
+# The suite's own compile cache, new for each session (training/compiling.py): no test depends on
+# what other processes left in a shared one, and the subprocesses the tests start inherit it.
+_COMPILE_CACHE = tempfile.TemporaryDirectory(prefix="primal-dt-test-compile-")
+os.environ["PRIMAL_DT_COMPILE_CACHE"] = _COMPILE_CACHE.name
 
 # PRIMAL_DT_TEST_DEVICE=cuda (scripts/gpu_check.sh) runs the layer and model tests with CUDA as the
 # default device and the training/evaluation tests with --device cuda; the default is the CPU.

@@ -196,3 +196,42 @@ def test_the_studys_precision_is_read_from_what_its_runs_recorded(tmp_path: Path
         (folder / "config.json").write_text(json.dumps({"train": {"precision": precision}}))
     assert script.study_precision(tmp_path / "task" / "a") == "fp32"
     assert script.study_precision(tmp_path) == "bf16 and fp32"
+
+
+def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """results.py's main with its recording and its primal-dt commands stood in for by what
+    they leave (runs, a report with a figure): the checkout is as it was."""
+    script = results_script()
+    out = tmp_path / "out"
+
+    def commands(*args: str, env: dict[str, str] | None = None) -> str:
+        if args[0] == "sweep":
+            run = Path(args[args.index("--runs-dir") + 1]) / "halfcheetah-medium" / "run"
+            run.mkdir(parents=True)
+            (run / "config.json").write_text(json.dumps({"train": {"steps": 3000,
+                                                                   "precision": "fp32"}}))  # fmt: skip
+            (run / "eval.jsonl").write_text("{}")
+        else:  # report
+            reported = Path(args[args.index("--out") + 1])
+            reported.mkdir(parents=True)
+            (reported / "report.md").write_text("# Report\n\n## Scores\n\nnone\n")
+            (reported / "curves_halfcheetah-medium.png").write_bytes(b"png")
+        return ""
+
+    monkeypatch.setattr(script, "record", lambda *args: None)
+    monkeypatch.setattr(script, "primal_dt", commands)
+
+    def checkout() -> list[tuple[Path, float]]:  # what a study could write: figures, pages
+        places = [SCRIPTS, SCRIPTS.parent / "docs", SCRIPTS.parent / "README.md"]
+        files = [f for place in places for f in ([place] if place.is_file() else place.rglob("*"))]
+        return sorted((f, f.stat().st_mtime) for f in files if "_build" not in f.parts
+                      and "__pycache__" not in f.parts)  # fmt: skip
+
+    before = checkout()
+    monkeypatch.setattr(sys, "argv", ["results.py", "--out", str(out), "--tasks",
+                                      "halfcheetah-medium", "--seeds", "0"])  # fmt: skip
+    script.main()
+    assert checkout() == before
+    assert (out / "results-report" / "curves_halfcheetah-medium.png").is_file()

@@ -21,15 +21,16 @@ figures were measured while writing it; scripts/profile_step.py shows the masks'
   D3. The element is kept where u_i / 2^32 >= p, to 2^-31, and scaled by 1 / (1 - p), as torch's
       dropout scales it.
 
-So each element is dropped with torch's probability, and the random stream is another. On CUDA,
-and inside torch.compile (whose generated kernels draw their own random numbers in parallel),
-this is torch's dropout. Every operation is element-wise: the result depends on neither the
-thread count nor the timing.
+So each element is dropped with torch's probability, and the random stream is another. On CUDA
+this is torch's dropout. Inside torch.compile on a CPU it is the same hash, which inductor fuses
+into one pass (its own random numbers ran at half the speed of the whole step; trainer.py draws
+the keys of D1 with torch's generator there too, so compiled and eager runs drop the same
+elements). Every operation is element-wise: the result depends on neither the thread count nor
+the timing.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -57,38 +58,45 @@ def mix32(x: Tensor) -> Tensor:
     return x
 
 
-@functools.lru_cache(maxsize=16)
-def _indices(numel: int) -> Tensor:
-    return torch.arange(numel, dtype=torch.int32)
+def draw_keys() -> tuple[int, int] | tuple[Tensor, Tensor]:
+    """a (odd) and b of D1, as int32 values: Python ints, or 0-dim tensors while torch.compile
+    traces (reading them would break its graph)."""
+    keys = torch.randint(-(1 << 31), 1 << 31, (2,), dtype=torch.int64)
+    if torch.compiler.is_compiling():
+        a, b = keys.to(torch.int32).unbind()
+        return a | 1, b
+    a_int, b_int = keys.tolist()  # an integer tensor times a Python int is several times faster
+    return as_int32(a_int | 1), b_int
 
 
-def random_bits(numel: int) -> Tensor:
-    """u_i of D1-D2 for i < numel, as int32 (CPU)."""
-    a, b = torch.randint(-(1 << 31), 1 << 31, (2,), dtype=torch.int64).tolist()
-    bits = _indices(numel) * as_int32(a | 1)
-    return mix32(bits.add_(b))
+def random_bits(a: int | Tensor, b: int | Tensor, start: int, stop: int) -> Tensor:
+    """u_i of D2 for start <= i < stop, as int32 (CPU), from the keys of draw_keys."""
+    indices = torch.arange(start, stop, dtype=torch.int32)
+    return mix32(indices.mul_(a).add_(b))
 
 
-ONE_BITS = {
-    torch.float32: (torch.int32, 0x3F800000),
-    torch.bfloat16: (torch.int16, 0x3F80),
-    torch.float16: (torch.int16, 0x3C00),
-}  # dtype -> (integer of its width, bits of 1.0)
+CHUNK = 1 << 18  # elements hashed at a time: their int32 words (1 MiB) stay in a core's cache
 
 
 def keep_mask(numel: int, p: float, dtype: torch.dtype) -> Tensor:
     """(numel,) in dtype: 0 where an element is dropped, 1 where it is kept (D3).
 
-    With v = u - 2^31 (signed), kept means v >> 1 >= p 2^31 - 2^30; the sign of the difference,
-    smeared over the word by an arithmetic shift, selects the bits of 1.0 or zero. A mask of
-    exact zeros and ones in the activation's own dtype keeps the multiplication in that dtype
-    (a float32 mask made torch convert every bf16 activation to float32 and back)."""
-    bits = random_bits(numel).bitwise_xor_(-(1 << 31)).bitwise_right_shift_(1)
-    bits.sub_(round(p * (1 << 31)) - (1 << 30)).bitwise_right_shift_(31).bitwise_not_()
-    if dtype not in ONE_BITS:
-        return bits.bitwise_and_(1).to(dtype)
-    integer, one = ONE_BITS[dtype]
-    return bits.to(integer).bitwise_and_(one).view(dtype)
+    Kept means floor(u / 2) >= round(p 2^31), that is u >= 2 round(p 2^31), compared as signed
+    integers after u - 2^31 (flipping the top bit). The hash's dozen integer passes run over
+    CHUNK elements at a time, so that they read and write a core's cache rather than memory
+    (about twice as fast over a (64, 4, 59, 59) activation). The mask of exact zeros and ones in
+    the activation's own dtype keeps the multiplication in that dtype (a float32 mask made torch
+    convert every bf16 activation to float32 and back)."""
+    threshold = 2 * round(p * (1 << 31)) - (1 << 31)
+    mask = torch.zeros(numel, dtype=dtype)
+    if threshold >= 1 << 31:  # p within 2^-32 of 1: nothing is kept
+        return mask
+    a, b = draw_keys()
+    chunk = numel if torch.compiler.is_compiling() else CHUNK  # compiled: one fused pass
+    for start in range(0, numel, chunk):
+        bits = random_bits(a, b, start, min(numel, start + chunk))
+        mask[start : start + chunk] = bits.bitwise_xor_(-(1 << 31)).ge_(threshold)
+    return mask
 
 
 class _Masked(torch.autograd.Function):
@@ -111,7 +119,7 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """F.dropout's semantics; on a CPU in eager mode, with the mask of D1-D3."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p >= 1.0 or torch.compiler.is_compiling():
+    if x.device.type != "cpu" or p >= 1.0:
         return F.dropout(x, p, training=True)
     mask = keep_mask(x.numel(), p, x.dtype).view(x.shape)
     return _Masked.apply(x, mask, 1.0 / (1.0 - p))

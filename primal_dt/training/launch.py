@@ -41,6 +41,7 @@ from primal_dt.store.rundir import (
     unsealed_note,
     write_run_config,
 )
+from primal_dt.training.compiling import compile_model
 from primal_dt.training.trainer import Trainer
 
 
@@ -101,9 +102,7 @@ def assemble(config: Config, data: TaskData, run_dir: Path) -> Trainer:
         device, seed=train.seed,
     )  # fmt: skip
     # The compiled wrapper shares the model's parameters; checkpoints save the plain model's.
-    compiled = (
-        torch.compile(model, mode=train.compile_mode, dynamic=False) if train.compile else None
-    )
+    compiled = compile_model(model, train.compile_mode, device) if train.compile else None
     return Trainer(
         config, data, RunDir(run_dir), device, model, optimizer, scheduler, sampler, evaluator,
         state_mean, state_std, forward_model=compiled,

@@ -43,6 +43,14 @@ from primal_dt.store.rundir import (
     atomic_copy,
     write_snapshot,
 )
+from primal_dt.training.compiling import (
+    compile_cache,
+    compile_model,
+    damaged_files,
+    damaged_note,
+    repair,
+    still_damaged,
+)
 
 Metrics = dict[str, torch.Tensor]  # named scalars of one step, on the training device
 
@@ -103,6 +111,9 @@ class Trainer:
         self.notes: list[str] = []  # to say when training starts
         if self.forward_model is None:
             self.forward_model = self.model
+        # The first compiled step compiles or loads the kernels (first_compiled_step).
+        self.compile_pending = self.forward_model is not self.model
+        self.say: Callable[[str], object] = partial(print, file=sys.stderr)  # train() sets it
 
     def hold(self) -> None:
         """Take the run directory's locks (see RunLock): a second writer is refused, and then
@@ -202,6 +213,8 @@ class Trainer:
     def train_step(self, batch: Batch) -> Metrics:
         """One optimiser step; returns its metrics as device tensors (what `train/*` logs). The
         auxiliary loss is Primal's KSVD loss (model.py), logged as train/ksvd_loss."""
+        if self.compile_pending:
+            return self.first_compiled_step(batch)
         cfg = self.config.train
         self.model.redraw(self.step)  # random features and hashes: a function of the step
         assert self.forward_model is not None  # __post_init__ set it
@@ -222,6 +235,33 @@ class Trainer:
             "grad_norm": grad_norm.detach(),
         }
 
+    def first_compiled_step(self, batch: Batch) -> Metrics:
+        """The first step of a compiled model, where its kernels are compiled or loaded from the
+        compile cache; where a cached kernel cannot be loaded, the cache is repaired and the step
+        compiled and run once more, from the same random state (compiling.py)."""
+        cache = compile_cache()
+        rng = torch.get_rng_state()
+        rng_cuda = torch.cuda.get_rng_state(self.device) if self.on_cuda else None
+        self.compile_pending = False
+        try:
+            return self.train_step(batch)
+        except Exception as err:  # noqa: BLE001 - only a damaged cache is handled, the rest raised
+            damaged = damaged_files(err, cache)
+            if not damaged:
+                raise
+            self.say(damaged_note(damaged, cache))
+            repair(cache)
+        torch.set_rng_state(rng)  # the failed attempt stepped neither optimiser nor scheduler
+        if rng_cuda is not None:
+            torch.cuda.set_rng_state(rng_cuda, self.device)
+        self.forward_model = compile_model(self.model, self.config.train.compile_mode, self.device)
+        try:
+            return self.train_step(batch)
+        except Exception as err:  # noqa: BLE001
+            if damaged_files(err, cache):
+                raise still_damaged(cache, err) from None
+            raise
+
     def train(self, progress: bool = True, stop: StopSignals | None = None) -> EvalRecord | None:
         """Train to config.train.steps; returns the final evaluation's record (None without one).
 
@@ -237,7 +277,7 @@ class Trainer:
             self.hold()
             stack.callback(self.release)
             writer, bar = self._open(stack, progress)
-            say = partial(bar.write, file=sys.stderr)  # above the bar
+            say = self.say = partial(bar.write, file=sys.stderr)  # above the bar
             for note in self.notes:
                 say(note)
             stack.enter_context(self.evaluator)
