@@ -208,6 +208,29 @@ def main() -> None:
         checkouts = {"now": ROOT, args.baseline: baseline_checkout(args.baseline, Path(folder))}
         found = measure(args, checkouts)
     print(json.dumps(found, indent=1))
+    publish_table(found, args)
+
+
+def publish_table(found: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
+    """Each cell's steps/s now and at the baseline, and their ratio, into docs/benchmarks.md."""
+    import platform
+
+    import torch
+    from doc_tables import publish
+
+    now, before = found["now"], found[args.baseline]
+    rows = [f"| {name} | {now[name]:.3g} | {before[name]:.3g} | {now[name] / before[name]:.2f}x |"
+            for name in now]  # fmt: skip
+    caption = (
+        f"The matched config's training step (batch 64, K 20; kind in the last block, precision, "
+        f"threads; packed: one run per core, one thread each, steps/s of the whole study) now "
+        f"against {args.baseline}, {args.rounds} alternating rounds of {args.steps} steps, on a "
+        f"{len(os.sched_getaffinity(0))}-core CPU ({platform.machine()}), torch {torch.__version__}:"
+    )
+    header = (
+        f"| cell | now, steps/s | {args.baseline}, steps/s | now / before |\n|---|---:|---:|---:|"
+    )
+    publish("bench_study_cpu", caption, header, rows, args.write_docs)
 
 
 if __name__ == "__main__":

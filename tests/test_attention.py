@@ -575,3 +575,12 @@ def test_the_public_codes_initialisation_is_an_option() -> None:
         flat = weight.reshape(heads, -1)
         torch.testing.assert_close(flat @ flat.T, torch.eye(heads), atol=1e-5, rtol=0)
         torch.testing.assert_close(weight.norm(dim=(1, 2)), torch.ones(heads))
+
+
+def test_the_unit_map_refuses_a_second_derivative_rather_than_giving_a_wrong_one() -> None:
+    from primal_dt.method.attention import UnitNormalize
+
+    v = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(UnitNormalize.apply(v).sum(), v, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
+        grad.sum().backward()

@@ -258,3 +258,18 @@ def test_random_state_is_in_the_state_dict_and_redrawn_from_the_step(kind: str) 
         other.redraw(step)
     assert not torch.equal(getattr(layer, name), before)
     assert torch.equal(getattr(layer, name), getattr(other, name))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_huge_later_token_leaves_earlier_chunked_outputs_exactly_as_they_were(dtype) -> None:
+    """Causality to the bit across chunks: token 127's key and value set to 1e3 change no
+    output before it (a sum of earlier chunks as cumsum - states moved rows 64-126 by 0.045)."""
+    from primal_dt.method.causal_linear import causal_linear_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.rand(2, 2, 128, 8).to(dtype) for _ in range(3))
+    before = causal_linear_attention(q, k, v)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 127], v2[:, :, 127] = 1e3, 1e3
+    after = causal_linear_attention(q, k2, v2)
+    assert torch.equal(after[:, :, :127], before[:, :, :127])

@@ -61,6 +61,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.method.dropout import Dropout, dropout
@@ -167,6 +168,7 @@ class UnitNormalize(torch.autograd.Function):
         return unit
 
     @staticmethod
+    @once_differentiable  # the hand-written backward is not itself differentiable: say so
     def backward(ctx: Any, grad: Tensor) -> Tensor:
         unit, inv_norm = ctx.saved_tensors
         along = torch.linalg.vecdot(grad, unit, dim=-1).unsqueeze(-1)

@@ -35,10 +35,12 @@ def _chunked(t: Tensor, chunk: int) -> Tensor:
 
 
 def _earlier_chunks(states: Tensor) -> Tensor:
-    """The sum over the chunks before each chunk (B, H, N, F, E), summed in float32 at least."""
+    """The sum over the chunks before each chunk (B, H, N, F, E), summed in float32 at least.
+    An exclusive sum (the states shifted one chunk on, then summed), never cumsum - states: a
+    later chunk's large state would then move earlier outputs by its cancellation error."""
     dtype = torch.promote_types(states.dtype, torch.float32)
-    total = states.to(dtype).cumsum(dim=2) - states.to(dtype)
-    return total.to(states.dtype)
+    shifted = F.pad(states.to(dtype), (0, 0, 0, 0, 1, 0))[:, :, :-1]
+    return shifted.cumsum(dim=2).to(states.dtype)
 
 
 def causal_linear_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
