@@ -70,7 +70,7 @@ def serve() -> None:
 
     quiet_waits()
     import torch
-    from bench_train import synthetic_data
+    from bench_train import run_steps, synthetic_data
 
     from primal_dt.common.config import load_config, named_config_path
     from primal_dt.training.launch import assemble
@@ -105,12 +105,6 @@ def serve() -> None:
                 start = time.perf_counter()
                 run_steps(trainer, request["steps"])
                 print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
-
-
-def run_steps(trainer: Any, steps: int) -> None:
-    batch_size = trainer.config.train.batch_size
-    for _ in range(steps):
-        trainer.train_step(trainer.sampler.sample(batch_size))
 
 
 class Cell(dict):

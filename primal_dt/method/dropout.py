@@ -23,8 +23,8 @@ figures were measured while writing it; scripts/profile_step.py shows the masks'
 
 So each element is dropped with torch's probability, and the random stream is another. On CUDA
 this is torch's dropout. Inside torch.compile on a CPU it is the same hash, which inductor fuses
-into one pass (its own random numbers ran at half the speed of the whole step; trainer.py draws
-the keys of D1 with torch's generator there too, so compiled and eager runs drop the same
+into one pass (its own random numbers ran at half the speed of the whole step; compiling.py has
+the keys of D1 drawn by torch's generator there too, so compiled and eager runs drop the same
 elements). Every operation is element-wise: the result depends on neither the thread count nor
 the timing.
 """

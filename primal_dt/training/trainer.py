@@ -245,7 +245,7 @@ class Trainer:
         self.compile_pending = False
         try:
             return self.train_step(batch)
-        except Exception as err:  # noqa: BLE001 - only a damaged cache is handled, the rest raised
+        except Exception as err:  # only a damaged cache is handled; the rest is raised
             damaged = damaged_files(err, cache)
             if not damaged:
                 raise
@@ -257,7 +257,7 @@ class Trainer:
         self.forward_model = compile_model(self.model, self.config.train.compile_mode, self.device)
         try:
             return self.train_step(batch)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if damaged_files(err, cache):
                 raise still_damaged(cache, err) from None
             raise
