@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,7 +71,7 @@ def _eval(args: argparse.Namespace) -> int:
     from primal_dt.evaluation.conditioning import targets_between
     from primal_dt.evaluation.rollout import EvalOptions
     from primal_dt.evaluation.service import watch
-    from primal_dt.evaluation.video import VideoUnavailable
+    from primal_dt.evaluation.video import VideoUnavailable, check_mp4_writer
     from primal_dt.store.results import format_table
 
     if bool(args.ckpt) == bool(args.watch):
@@ -78,6 +79,8 @@ def _eval(args: argparse.Namespace) -> int:
     targets = targets_between(args.target_sweep) if args.target_sweep else args.targets
     options = EvalOptions(args.device, args.workers, args.episodes, args.seed, targets, args.video)
     device = resolve_device(options.validate().device, "--device")
+    if options.videos:
+        check_mp4_writer()  # before any evaluation runs or a videos/ folder is made
     if args.watch:
         try:
             watch(Path(args.watch), options, device)
@@ -230,6 +233,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
+    from primal_dt.common.config import packaged_config_names
+
     sweep = commands.add_parser(
         "sweep", help="train a grid of tasks x configs x seeds; run again to resume it"
     )
@@ -238,7 +243,10 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
     )
     sweep.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     sweep.add_argument(
-        "--configs", default="dt,primal-dt", help="comma-separated config names or .toml files"
+        "--configs",
+        default="dt,primal-dt",
+        help=f"comma-separated config names ({', '.join(packaged_config_names())}) or .toml "
+        "files (default dt,primal-dt)",
     )
     sweep.add_argument(
         "--runs-dir", default="runs", help="runs go to RUNS_DIR/<task>/<config>-s<seed> (runs)"
@@ -399,11 +407,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Options whose value is a comma-separated list of numbers: "--seeds -1,2" would otherwise read
+# "-1,2" as an option (argparse: "expected one argument") instead of reaching the range check.
+NUMBER_LISTS = ("--seeds",)
+
+
+def attach_number_lists(argv: list[str]) -> list[str]:
+    """["--seeds", "-1,2"] -> ["--seeds=-1,2"]: a list that starts with a negative number stays
+    the option's value."""
+    joined: list[str] = []
+    for arg in argv:
+        if joined and joined[-1] in NUMBER_LISTS and re.fullmatch(r"-\d[\d,\s+-]*", arg):
+            joined[-1] = f"{joined[-1]}={arg}"
+        else:
+            joined.append(arg)
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     from primal_dt.common.cpu import quiet_waits
 
     quiet_waits()  # before anything imports torch
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(attach_number_lists(sys.argv[1:] if argv is None else argv))
     try:
         return args.func(args)
     except PrimalDTError as err:

@@ -38,7 +38,7 @@ from doc_tables import publish, publish_so_far
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.common.device import autocast
-from primal_dt.method.registry import ATTENTIONS, attention_class, attention_label
+from primal_dt.method.registry import ATTENTIONS, attention_label, build_attention
 
 KINDS = tuple(ATTENTIONS)
 WIDTHS = {  # label -> (embed_dim, n_head, Primal rank): the two papers' models (configs/)
@@ -48,14 +48,14 @@ WIDTHS = {  # label -> (embed_dim, n_head, Primal rank): the two papers' models 
 
 
 def make_layer(kind: str, point: dict[str, Any]) -> torch.nn.Module:
-    """The layer a model of this width builds for a block of this kind (the other settings are
-    ModelConfig's defaults, those of configs/<kind>-dt.toml)."""
+    """The layer a model of this width builds for a block of this kind (its other settings the
+    kind's defaults, those of configs/<kind>-dt.toml)."""
     torch.manual_seed(0)
     config = ModelConfig(
-        embed_dim=point["embed_dim"], n_head=point["n_head"], primal_rank=point["rank"],
-        dropout=0.0, context_len=point["k"],
+        embed_dim=point["embed_dim"], n_head=point["n_head"], dropout=0.0, context_len=point["k"],
+        attention=kind, attention_settings={"primal": {"rank": point["rank"]}} if kind == "primal" else {},
     )  # fmt: skip
-    return attention_class(kind).from_config(config)
+    return build_attention(kind, config)
 
 
 def make_step(layer: torch.nn.Module, point: dict[str, Any]) -> Callable[[], None]:

@@ -7,9 +7,9 @@ paper's size and at the Primal paper's size, measured side by side in one run.
 Each row times primal-dt's own training step (Trainer.train_step on a batch from its sampler,
 the dataset resident on the device) on synthetic HalfCheetah-sized data (17 states, 6 actions,
 1000-step episodes: speed does not depend on the values). Vanilla DT and Primal-DT differ only in
-model.primal_blocks (none / last). The models train in one process, in alternating rounds, so
-that a machine that slows down or speeds up during the run affects all alike. Peak memory comes
-from CUDA's allocator in the same run, or on CPU from a fresh process per model (a process has
+model.attention (softmax everywhere, or Primal in the last block). The models train in one
+process, in alternating rounds, so that a machine that slows down or speeds up during the run
+affects all alike. Peak memory comes from CUDA's allocator in the same run, or on CPU from a fresh process per model (a process has
 only one peak resident size). The processes that time run with the OpenMP wait setting the
 `primal-dt` command uses (primal_dt/common/cpu.py), so the figures are those a user gets.
 
@@ -64,11 +64,11 @@ SIZES = {  # label -> (config file, its paper; overrides)
 }
 # --tiny (scripts/gpu_check.sh --dry-run): the same code paths at a size a CPU compiles quickly.
 TINY_SIZES = {
-    "tiny (embed 32, 2 layers, 2 heads)": (
+    "tiny (embed 32, 3 layers, 2 heads)": (
         "primal-dt",
         (
             "model.embed_dim=32",
-            "model.n_layer=2",
+            "model.n_layer=3",
             "model.n_head=2",
             "model.primal_rank=8",
             "train.batch_size=8",
@@ -107,12 +107,14 @@ def model_name(name: str, precision: str, every_token: bool = False) -> str:
     return f"{name} {precision}" + (EVERY_TOKEN if every_token else "")
 
 
-def block_overrides(blocks: str) -> list[str]:
-    """A model's attention as overrides: a model.primal_blocks value (none, last, all), or the
-    name of an attention kind for every block (method/registry.py)."""
-    if blocks in ("none", "last", "all"):
-        return [f"model.primal_blocks={json.dumps(blocks)}"]
-    return [f"model.attention={json.dumps(blocks)}", 'model.primal_blocks="none"']
+def block_overrides(blocks: str, n_layer: int = 3) -> list[str]:
+    """A model's attention as overrides: which blocks are Primal, softmax elsewhere (none, last,
+    all), or the name of an attention kind for every block (method/registry.py). Every size
+    timed here has n_layer blocks."""
+    kinds: str | list[str] = {"none": "softmax", "all": "primal"}.get(blocks, blocks)
+    if blocks == "last":
+        kinds = ["softmax"] * (n_layer - 1) + ["primal"]
+    return [f"model.attention={json.dumps(kinds)}"]
 
 
 def make_trainer(

@@ -16,20 +16,22 @@ from bench_common import primal_dt
 from doc_tables import write_section
 
 FIGURES = Path(__file__).resolve().parent / "figures"
+STARTED = "20261204-120000"  # the time in the sample's run directory name
 TRAIN = ["train", "--env", "hopper-bundled", "--device", "cpu", "--steps", "1000",
-         "--final-episodes", "20", "--set", "model.embed_dim=64", "--set", "model.primal_rank=16",
+         "--final-episodes", "20", "--set", "model.embed_dim=64", "--set", "model.attention_settings.primal.rank=16",
          "--set", "train.warmup_steps=100", "--no-progress"]  # fmt: skip
 
 
 def main() -> None:
     import imageio.v3 as iio
 
-    from primal_dt.store.rundir import RunDir
+    from primal_dt.store.rundir import RunDir, run_dir_name
 
     FIGURES.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         env = {**os.environ, "MINARI_DATASETS_PATH": str(Path(folder) / "minari")}
-        shown = "runs/hopper-bundled/primal-dt-s0"  # the path a user's run would have
+        # The path a user's run gets (runs/<task>/<config>-s<seed>-<time>), at a fixed time.
+        shown = str(Path("runs") / run_dir_name("hopper-bundled", "primal-dt", 0, STARTED))
         run = RunDir(Path(folder) / shown)
         primal_dt(*TRAIN, "--run-dir", str(run.path), env=env)
         os.chdir(folder)  # so that the command prints the path a user would see

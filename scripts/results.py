@@ -12,7 +12,7 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
     python scripts/results.py --attentions all --tasks halfcheetah-medium --seeds 0,1,2
         # all seven attentions of the paper's table, on one dataset
     python scripts/results.py --compare-init --write-docs
-        # matched-primal with each initialisation of We and Wr (model.primal_init), side by side
+        # matched-primal with each initialisation of We and Wr (model.attention_settings.primal.init), side by side
     python scripts/results.py --paper --tasks halfcheetah-medium,... --device cuda --seeds 0,1,2
         # the papers' own configs at their budget (100k steps): the reproduction, on a GPU
 
@@ -34,7 +34,8 @@ from pathlib import Path
 from bench_common import device_name, primal_dt
 from doc_tables import write_section
 
-from primal_dt.common.config import PRIMAL_INITS, named_config_path
+from primal_dt.common.config import named_config_path
+from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.registry import ATTENTIONS
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import PAPER_HEADING, paper_table
@@ -114,6 +115,12 @@ def matched_config(out: Path, kind: str) -> Path:
     (matched-<kind>), so that the report sets the kinds side by side."""
     text = named_config_path("matched").read_text()
     text = re.sub(r"(?m)^attention = .*$", f'attention = ["softmax", "softmax", "{kind}"]', text)
+    # Only the last kind's own settings: a table for a kind no block uses is refused.
+    text = re.sub(
+        r"(?ms)^\[model\.attention_settings\.([\w-]+)\]\n.*?(?=^\[|\Z)",
+        lambda table: table[0] if table[1] == kind else "",
+        text,
+    )
     path = out / "configs" / f"matched-{kind}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -121,12 +128,13 @@ def matched_config(out: Path, kind: str) -> Path:
 
 
 def init_config(out: Path, init: str) -> Path:
-    """The matched config with Primal in its last block (matched-primal) and model.primal_init =
-    init, as a config of its own name (matched-primal-<init>-init), so that the report sets the
-    two side by side with nothing else different."""
+    """The matched config with Primal in its last block (matched-primal) and its init setting
+    (model.attention_settings.primal.init) = init, as a config of its own name
+    (matched-primal-<init>-init), so that the report sets the two side by side with nothing else
+    different."""
     text = matched_config(out, "primal").read_text()
-    text, count = re.subn(r"(?m)^primal_init = .*$", f'primal_init = "{init}"', text)
-    assert count == 1, "configs/matched.toml sets model.primal_init once"
+    text, count = re.subn(r"(?m)^init = .*$", f'init = "{init}"', text)
+    assert count == 1, "configs/matched.toml sets Primal's init once"
     path = out / "configs" / f"matched-primal-{init}-init.toml"
     path.write_text(text)
     return path
@@ -169,7 +177,7 @@ def main() -> None:
     parser.add_argument("--out", default="results", help="where datasets and runs go (results)")
     parser.add_argument("--paper", action="store_true", help="the papers' configs at their budget")
     parser.add_argument("--compare-init", action="store_true",
-                        help="Primal-DT with each initialisation of We and Wr (model.primal_init)")  # fmt: skip
+                        help="Primal-DT with each initialisation of We and Wr (model.attention_settings.primal.init)")  # fmt: skip
     parser.add_argument("--section",
                         help="the docs section to write (default: the study's quality's; "
                              "<that>-<env> for some of its tasks apart, counted in the summary)")  # fmt: skip

@@ -58,8 +58,10 @@ POLICIES = Path(__file__).resolve().parent / "policies"
 # Small model and run settings shared by the tests that train (seconds on 2 CPU cores).
 TINY = [
     "model.embed_dim=32",
-    "model.n_layer=2",
+    "model.n_layer=3",  # as the configs' lists of kinds (primal-dt: softmax, softmax, primal)
     "model.n_head=2",
+    # The older key (LEGACY_SETTINGS): the rank wherever a block is Primal, ignored elsewhere, so
+    # that one list serves every config.
     "model.primal_rank=8",
     "model.context_len=5",
     "train.batch_size=16",
@@ -177,8 +179,8 @@ def hopper_policy() -> tuple[Policy, TaskRecord]:
     """An untrained but deterministic policy; reset noise makes the episodes end at different
     steps, some by falling (termination) and some at the 20-step limit (truncation)."""
     torch.manual_seed(0)
-    config = ModelConfig(embed_dim=32, n_layer=2, n_head=2, context_len=5, primal_blocks="last",
-                         primal_rank=8)  # fmt: skip
+    config = ModelConfig(embed_dim=32, n_layer=2, n_head=2, context_len=5,
+                         attention=["softmax", "primal"], attention_settings={"primal": {"rank": 8}})  # fmt: skip
     model = DecisionTransformer(config, 11, 3, 1000)
     policy = Policy(model, torch.zeros(11), torch.full((11,), 0.2), 1000.0, torch.device("cpu"))
     task = TaskRecord(

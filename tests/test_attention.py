@@ -34,7 +34,7 @@ from primal_dt.method.attention import (
 )
 from primal_dt.method.layer import AttentionLayer
 from primal_dt.method.model import Block, DecisionTransformer
-from primal_dt.method.registry import ATTENTIONS, attention_class
+from primal_dt.method.registry import ATTENTIONS, build_attention
 
 EMBED, HEADS, RANK, LENGTH = 16, 2, 4, 9
 
@@ -281,8 +281,9 @@ def test_causal_softmax_matches_direct_softmax(dtype: torch.dtype, atol: float) 
     with torch.no_grad():
         y_ref = reference_softmax(make_softmax(dtype), x, mask)
     assert torch.isfinite(y).all()
-    # Padded queries attend to themselves only; the formula covers every position.
-    torch.testing.assert_close(y, y_ref.to(dtype), atol=atol, rtol=0)
+    # The real outputs follow the formula; padded ones are zeros (layer.py).
+    torch.testing.assert_close(y[mask], y_ref[mask].to(dtype), atol=atol, rtol=0)
+    assert (y[~mask] == 0).all()
 
 
 def test_the_cpu_attention_computes_what_sdpa_computes() -> None:
@@ -305,15 +306,16 @@ def test_the_cpu_attention_computes_what_sdpa_computes() -> None:
 
 # Settings small enough for LENGTH tokens to cross chunks, buckets and hash rounds.
 SMALL = ModelConfig(
-    embed_dim=EMBED, n_head=HEADS, primal_rank=RANK, dropout=0.1, context_len=LENGTH,
-    performer_features=12, reformer_buckets=4, reformer_chunk=3, reformer_hashes=2,
+    embed_dim=EMBED, n_head=HEADS, dropout=0.1, context_len=LENGTH,
+    attention_settings={"primal": {"rank": RANK}, "performer": {"features": 12},
+                        "reformer": {"buckets": 4, "chunk": 3, "hashes": 2}},
 )  # fmt: skip
 
 
 def make_layer(kind: str, dtype: torch.dtype = torch.float32, seed: int = 0) -> AttentionLayer:
     """A layer of any kind from SMALL, in eval mode, with non-zero biases."""
     torch.manual_seed(seed)
-    layer = attention_class(kind).from_config(SMALL).eval()
+    layer = build_attention(kind, SMALL).eval()
     with torch.no_grad():
         for module in layer.modules():
             if isinstance(module, torch.nn.Linear):
@@ -389,6 +391,49 @@ def test_left_padding_gives_no_nan(kind: str) -> None:
     assert torch.isfinite(x.grad).all()
     for name, param in layer.named_parameters():
         assert param.grad is not None and torch.isfinite(param.grad).all(), name
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_padded_tokens_holding_nan_or_inf_leave_real_outputs_exact(kind: str, value: float) -> None:
+    layer = LAYERS[kind]()
+    mask = padding_masks()
+    gen = torch.Generator(torch.get_default_device()).manual_seed(6)
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, generator=gen)
+    y, j = run(layer, x, mask)
+    x_bad = x.clone()
+    x_bad[~mask] = value
+    y_bad, j_bad = run(layer, x_bad, mask)
+    assert torch.equal(y_bad[mask], y[mask])
+    assert (y_bad[~mask] == 0).all()  # padded outputs are zeros
+    if j is not None:
+        assert torch.equal(j_bad, j)
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_a_row_of_padding_alone_gives_zeros_and_no_auxiliary_loss(kind: str) -> None:
+    layer = LAYERS[kind]()
+    mask = padding_masks()
+    mask[2] = False
+    x = torch.randn(mask.shape[0], LENGTH, EMBED, requires_grad=True)
+    y, j = layer(x, mask)
+    assert (y[2] == 0).all() and (y[0] != 0).any()
+    loss = y.pow(2).sum()
+    if j is not None:
+        assert j[2] == 0 and j[0] != 0
+        loss = loss + j.sum()
+    loss.backward()
+    assert x.grad is not None and (x.grad[2] == 0).all() and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_integer_or_empty_input_is_one_clear_error(kind: str) -> None:
+    layer = LAYERS[kind]()
+    with pytest.raises(ValueError, match="expects floating-point x, got torch.int64"):
+        layer(torch.ones(2, LENGTH, EMBED, dtype=torch.int64))
+    for shape in [(2, 0, EMBED), (0, LENGTH, EMBED)]:
+        with pytest.raises(ValueError, match="at least one sequence of at least one token"):
+            layer(torch.ones(shape))
 
 
 # (kind, objective): only Primal has an objective to skip.
@@ -494,8 +539,8 @@ def square_tensors(shapes: list[tuple[str, tuple[int, ...]]], length: int) -> li
 def record_block(kind: str, length: int) -> list[tuple[str, tuple[int, ...]]]:
     torch.manual_seed(6)
     config = ModelConfig(
-        embed_dim=32, n_layer=1, n_head=2, primal_rank=8, dropout=0.1, context_len=length,
-        performer_features=16,
+        embed_dim=32, n_layer=1, n_head=2, dropout=0.1, context_len=length,
+        attention_settings={"primal": {"rank": 8}, "performer": {"features": 16}},
     )  # fmt: skip
     block = Block(config, kind).train()
     x = torch.randn(2, length, config.embed_dim, requires_grad=True)
@@ -533,8 +578,9 @@ def test_all_primal_decision_transformer_has_no_length_squared_tensor() -> None:
     torch.manual_seed(7)
     context = 171  # 3 * 171 = 513 tokens
     config = ModelConfig(
-        embed_dim=32, n_layer=2, n_head=2, primal_rank=8, context_len=context, primal_blocks="all"
-    )
+        embed_dim=32, n_layer=2, n_head=2, context_len=context, attention="primal",
+        attention_settings={"primal": {"rank": 8}},
+    )  # fmt: skip
     model = DecisionTransformer(config, state_dim=5, act_dim=3, max_timestep=1000).eval()
     batch = 2
     inputs = (
@@ -549,7 +595,7 @@ def test_all_primal_decision_transformer_has_no_length_squared_tensor() -> None:
     assert square_tensors(recorder.shapes, 3 * context - 1) == []
     # The same model with softmax attention would be caught (over 3K - 1 tokens: a softmax model
     # drops a_K, which reaches no state token).
-    config.primal_blocks = "none"
+    config.attention, config.attention_settings = "softmax", {}
     model = DecisionTransformer(config, state_dim=5, act_dim=3, max_timestep=1000).eval()
     with ShapeRecorder() as recorder, torch.no_grad():
         model(*inputs)
@@ -558,8 +604,9 @@ def test_all_primal_decision_transformer_has_no_length_squared_tensor() -> None:
 
 def test_the_public_codes_initialisation_is_an_option() -> None:
     """Default: each head's (d, s) block of We and Wr has orthonormal columns (Frobenius norm
-    sqrt(s)). model.primal_init = "public": the public code's orthogonal_ on the whole (H, d, s)
-    tensor, whose H flattened blocks are orthonormal rows (Frobenius norm 1 each)."""
+    sqrt(s)). init = "public" (model.attention_settings.primal.init): the public code's
+    orthogonal_ on the whole (H, d, s) tensor, whose H flattened blocks are orthonormal rows
+    (Frobenius norm 1 each)."""
     heads, head_dim, rank = 4, 16, 8
     per_head = PrimalAttention(heads * head_dim, heads, rank, dropout=0.0)
     public = PrimalAttention(heads * head_dim, heads, rank, dropout=0.0, init="public")

@@ -7,6 +7,9 @@ compiled graph."""
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
@@ -16,15 +19,15 @@ from test_reproducibility import fingerprint, start, train
 from primal_dt.cli import main
 from primal_dt.common.config import ModelConfig, load_config
 from primal_dt.common.errors import ConfigError
+from primal_dt.method import registry
+from primal_dt.method.layer import ProjectedAttention
 from primal_dt.method.model import DecisionTransformer
-from primal_dt.method.registry import ATTENTIONS, attention_class, check_kinds
+from primal_dt.method.registry import ATTENTIONS, check_kinds
 from primal_dt.store.integrity import DIGEST_KEY
 from primal_dt.store.rundir import read_snapshot
 from primal_dt.tools.report import paper_scores, read_run, spectrum_table
 
 TABLE = list(paper_scores().columns)  # dt, linear-dt, ..., primal-dt
-NEW_KEYS = ("attention", "performer_features", "performer_redraw", "reformer_buckets",
-            "reformer_chunk", "reformer_hashes")  # fmt: skip
 
 
 def test_the_papers_table_trains_evaluates_and_is_reported(minari_root, tmp_path, capsys) -> None:
@@ -42,22 +45,14 @@ def test_the_papers_table_trains_evaluates_and_is_reported(minari_root, tmp_path
         run_dir = runs / "hopper-medium" / f"{config}-s0"
         kinds = read_snapshot(run_dir).config.model.block_kinds()
         kind = expected_kinds.get(config, config.removesuffix("-dt"))
-        assert kinds[-1] == kind and (kinds == [kind] * 2 or config == "primal-dt"), config
+        assert kinds[-1] == kind and (kinds == [kind] * 3 or config == "primal-dt"), config
         assert main(["eval", "--ckpt", str(run_dir / "ckpt.pt"), "--episodes", "1", "--json"]) == 0
         (record,) = json.loads(capsys.readouterr().out)
         assert "error" not in record and record["step"] == 4, config
         summaries.append(read_run(run_dir))
     table = spectrum_table(summaries)
-    for label in (
-        "softmax",
-        "Primal",
-        "Linear",
-        "Reformer",
-        "Performer",
-        "cosFormer",
-        "Flowformer",
-    ):
-        assert f"| {label} |" in table, label
+    for cls in ATTENTIONS.values():
+        assert f"| {cls.label} |" in table, cls.label
     assert main(["report", str(runs)]) == 0
     report = (runs / "report" / "report.md").read_text()
     assert "Flowformer 66.9 ± 2.5" in report and "Linear 58.7 ± 0.4" in report
@@ -68,17 +63,39 @@ def test_kinds_per_block_and_their_errors() -> None:
     config.validate()
     assert config.block_kinds() == ["linear", "primal", "flowformer"]
     assert config.primal_indices() == [1]
-    mixed = ModelConfig(n_layer=3, attention="cosformer", primal_blocks="last")
-    assert mixed.block_kinds() == ["cosformer", "cosformer", "primal"]
+    legacy = load_config(None, ['model.attention="cosformer"', 'model.primal_blocks="last"'])
+    assert legacy.model.block_kinds() == ["cosformer", "cosformer", "primal"]  # the older form
     assert ModelConfig(n_layer=2).block_kinds() == ["softmax", "softmax"]  # as before kinds
-    for bad, message in [
-        ({"attention": ["linear"]}, "lists 1 kinds for 3 blocks"),
-        ({"attention": ["linear"] * 3, "primal_blocks": "last"}, 'primal_blocks must be "none"'),
-        ({"reformer_buckets": 5}, "model.reformer_buckets must be even"),
-        ({"performer_redraw": -1}, "model.performer_redraw must be >= 0"),
-    ]:
-        with pytest.raises(ConfigError, match=message):
-            ModelConfig(n_layer=3, **bad).validate()
+    with pytest.raises(ConfigError, match="lists 1 kinds for 3 blocks"):
+        ModelConfig(n_layer=3, attention=["linear"]).validate()
+    with pytest.raises(ConfigError, match=r"model.primal_blocks \(its older form\) must be left"):
+        load_config(None, ['model.attention=["linear","linear","linear"]',
+                           'model.primal_blocks="last"'])  # fmt: skip
+    # Each kind's settings: checked by the registry, one line naming the key.
+    for kind, settings, message in [
+        ("reformer", {"reformer": {"buckets": 5}},
+         "model.attention_settings.reformer.buckets must be even"),
+        ("performer", {"performer": {"redraw": -1}},
+         "model.attention_settings.performer.redraw must be >= 0, got -1"),
+        ("performer", {"performer": {"features": "many"}},
+         "model.attention_settings.performer.features must be an integer, got 'many'"),
+        ("performer", {"performer": {"feature": 8}},
+         "unknown setting model.attention_settings.performer.feature (did you mean 'features'?)"),
+        ("softmax", {"performer": {"features": 8}},
+         "model.attention_settings.performer: no block uses performer"),
+        ("performer", {"perfomer": {"features": 8}},
+         "model.attention_settings.perfomer: unknown attention 'perfomer' (did you mean "),
+        ("softmax", {"softmax": {"heads": 2}}, "model.attention_settings.softmax: softmax has no "
+                                               "settings, got heads"),
+    ]:  # fmt: skip
+        config = ModelConfig(attention=kind, attention_settings=settings)
+        config.validate()
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            check_kinds(config)
+    # The older keys read as the settings they became, where a block has the kind.
+    old = load_config(None, ['model.attention="reformer"', "model.reformer_chunk=3",
+                             "model.performer_features=9", "model.primal_rank=4"]).model  # fmt: skip
+    assert old.attention_settings == {"reformer": {"chunk": 3}}
     with pytest.raises(ConfigError, match=r"unknown attention 'flowfromer' \(did you mean "):
         check_kinds(ModelConfig(attention="flowfromer"))
     with pytest.raises(ConfigError, match="unknown attention 'soft'"):
@@ -96,35 +113,50 @@ def test_an_unknown_kind_is_one_line_and_writes_nothing(minari_root, tmp_path, c
     assert not run_dir.exists()
 
 
-def test_a_run_from_before_attention_kinds_loads_evaluates_and_resumes(
-    minari_root, tmp_path, capsys
+# The [model] of checkpoints and config.json from before, as those versions wrote them (every
+# key, each kind's settings with its defaults), for a Primal.+DT of three blocks.
+OLDER_MODELS = {
+    "before-kinds": {"primal_blocks": "last", "primal_rank": 8, "primal_init": "public"},
+    "before-kinds-owned-settings": {
+        "primal_blocks": "last", "primal_rank": 8, "primal_init": "public",
+        "attention": "softmax", "performer_features": 256, "performer_redraw": 1000,
+        "reformer_buckets": 8, "reformer_chunk": 16, "reformer_hashes": 4,
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("older", OLDER_MODELS)
+def test_a_run_saved_by_an_older_version_loads_evaluates_and_resumes(
+    minari_root, tmp_path, capsys, older: str
 ) -> None:
-    """Its config.json and checkpoint lack every key this change added: it is the same softmax
-    and Primal model, evaluates to the same result, and resumes."""
+    """Its config.json and checkpoint carry [model] as an older version wrote it: it is the same
+    softmax and Primal model, evaluates to the same result, and resumes."""
     run_dir = tmp_path / "old"
-    assert main(train_args(run_dir, 4, 'model.primal_blocks="last"', "eval.final_episodes=0")) == 0
+    assert main(train_args(run_dir, 4, "eval.final_episodes=0")) == 0
     checkpoint = run_dir / "ckpt.pt"
     eval_args = ["eval", "--ckpt", str(checkpoint), "--episodes", "1", "--json"]
     capsys.readouterr()
     assert main(eval_args) == 0
     (before,) = json.loads(capsys.readouterr().out)
     payload = torch.load(checkpoint, weights_only=True)
-    for key in NEW_KEYS:
-        del payload["config"]["model"][key]
+    model = payload["config"]["model"]
+    assert model.pop("attention") == ["softmax", "softmax", "primal"]
+    assert model.pop("attention_settings") == {"primal": {"rank": 8, "init": "public"}}
+    model.update(OLDER_MODELS[older])
     del payload[DIGEST_KEY]  # such a checkpoint also predates digests
     torch.save(payload, checkpoint)
     saved = json.loads((run_dir / "config.json").read_text())
-    for key in NEW_KEYS:
-        del saved["model"][key]
+    saved["model"] = model
     (run_dir / "config.json").write_text(json.dumps(saved))
     snapshot = read_snapshot(checkpoint)
-    assert snapshot.config.model.block_kinds() == ["softmax", "primal"]
-    model = snapshot.build_model("cpu")
-    assert set(model.state_dict()) == set(payload["model"])
+    assert snapshot.config.model.block_kinds() == ["softmax", "softmax", "primal"]
+    assert snapshot.config.model.attention_settings == {"primal": {"rank": 8, "init": "public"}}
+    built = snapshot.build_model("cpu")
+    assert set(built.state_dict()) == set(payload["model"])
     assert main(eval_args) == 0
     (after,) = json.loads(capsys.readouterr().out)
     assert after["results"] == before["results"]
-    assert read_run(run_dir).block_kinds == ["softmax", "primal"]
+    assert read_run(run_dir).block_kinds == ["softmax", "softmax", "primal"]
     assert main(["train", "--resume", str(run_dir), "--steps", "6", "--no-progress"]) == 0
     assert read_snapshot(run_dir).step == 6
 
@@ -133,9 +165,8 @@ def test_random_features_and_hashes_resume_bit_identical(minari_root, tmp_path) 
     """Performer's features (redrawn every 7 steps here) and Reformer's rotations (every step)
     are drawn from the step: a run stopped and resumed ends with the bits of one never stopped."""
     kinds = (
-        'model.attention=["performer","reformer"]',
-        'model.primal_blocks="none"',
-        "model.performer_redraw=7",
+        'model.attention=["performer","reformer","performer"]',
+        "model.attention_settings.performer.redraw=7",
     )
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     train(straight, 30, *kinds)
@@ -159,7 +190,7 @@ def test_no_attention_breaks_the_compiled_graph() -> None:
     """torch.compile traces every kind's forward as one graph (dynamo's own count of breaks)."""
     kinds = list(ATTENTIONS)
     config = ModelConfig(embed_dim=32, n_layer=len(kinds), n_head=2, context_len=5,
-                         attention=kinds, performer_features=16)  # fmt: skip
+                         attention=kinds, attention_settings={"performer": {"features": 16}})  # fmt: skip
     model = DecisionTransformer(config, 4, 3, 100)
     batch, k = 3, 5
     mask = torch.ones(batch, k, dtype=torch.bool)
@@ -171,17 +202,86 @@ def test_no_attention_breaks_the_compiled_graph() -> None:
     assert explained.graph_count == 1
 
 
+@dataclass(frozen=True)
+class PrefixMeanSettings:
+    """The toy kind's own settings, [model.attention_settings.prefix-mean]."""
+
+    scale: float = 1.0  #: multiplies the mean
+
+    def check(self) -> None:
+        if self.scale <= 0:
+            raise ValueError(f"scale must be > 0, got {self.scale}")
+
+
+class PrefixMeanAttention(ProjectedAttention):
+    """A toy eighth kind, as docs/development.md says to add one: each head's output is `scale`
+    times the mean of the values of the real tokens at or before it (causal by construction)."""
+
+    label = "prefix mean"
+    settings_class = PrefixMeanSettings
+
+    def __init__(self, embed_dim: int, n_head: int, dropout: float, scale: float) -> None:
+        super().__init__(embed_dim, n_head, dropout)
+        self.scale = scale
+
+    @classmethod
+    def from_config(cls, config: ModelConfig, settings: Any = None) -> PrefixMeanAttention:
+        return cls(config.embed_dim, config.n_head, config.dropout, settings.scale)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, rows: slice | None = None, objective: bool = True
+    ) -> tuple[torch.Tensor, None]:
+        _, _, v = self.heads(x)  # (B, H, L, d)
+        real = mask.to(v.dtype)[:, None, :, None]
+        y = self.scale * (v * real).cumsum(dim=2) / real.cumsum(dim=2).clamp(min=1.0)
+        return self.output(y, rows), None
+
+
 def test_a_new_kind_is_one_class_and_one_registry_line(monkeypatch) -> None:
-    """What adding an eighth attention takes: its class, registered, and a config naming it."""
-    base = attention_class("softmax")
-
-    class Eighth(base):  # type: ignore[misc, valid-type]
-        label = "Eighth"
-
-    monkeypatch.setitem(ATTENTIONS, "eighth", Eighth)
-    config = load_config(None, ['model.attention=["eighth","softmax"]', "model.n_layer=2"])
-    model = DecisionTransformer(config.model, 3, 2, 10)
-    assert isinstance(model.blocks[0].attn, Eighth) and model.blocks[0].kind == "eighth"
-    from primal_dt.method.registry import attention_label
-
-    assert attention_label("eighth") == "Eighth"
+    """What adding an eighth attention takes: its class (with its settings), one registry line,
+    and a config naming it; it is then built, checked and trained like the others."""
+    monkeypatch.setattr(registry, "ATTENTIONS", dict(registry.ATTENTIONS))  # undone after
+    registry.register("prefix-mean", PrefixMeanAttention)
+    with pytest.raises(ValueError, match="clashes with the registered 'prefix-mean'"):
+        registry.register("prefix-mean", PrefixMeanAttention)
+    again = type("Again", (PrefixMeanAttention,), {"label": "softmax"})
+    with pytest.raises(ValueError, match="label 'softmax'"):
+        registry.register("softmax-again", again)
+    base = ["model.n_layer=2", "model.embed_dim=16", "model.n_head=2", "model.context_len=5",
+            'model.attention=["softmax","prefix-mean"]']  # fmt: skip
+    config = load_config(None, [*base, "model.attention_settings.prefix-mean.scale=2"])
+    torch.manual_seed(0)
+    model = DecisionTransformer(config.model, 4, 3, 100)
+    layer = model.blocks[1].attn
+    assert isinstance(layer, PrefixMeanAttention) and layer.scale == 2.0
+    assert registry.attention_label("prefix-mean") == "prefix mean"
+    # Its settings are checked by the registry like any kind's, each error naming the key.
+    for setting, said in [
+        ("scale=0.5", None),
+        ("scale=-1", "model.attention_settings.prefix-mean.scale must be > 0, got -1.0"),
+        ('scale="big"', "model.attention_settings.prefix-mean.scale must be a number"),
+        ("scael=2", "unknown setting model.attention_settings.prefix-mean.scael "
+                    "(did you mean 'scale'?)"),
+    ]:  # fmt: skip
+        bad = load_config(None, [*base, f"model.attention_settings.prefix-mean.{setting}"])
+        if said is None:
+            check_kinds(bad.model)
+            continue
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            check_kinds(bad.model)
+    # It learns: a fixed batch's action loss falls, some windows left-padded as in training.
+    states, actions = torch.randn(8, 5, 4), torch.rand(8, 5, 3) * 2 - 1
+    returns, timesteps = torch.randn(8, 5), torch.arange(5).expand(8, 5)
+    mask = torch.ones(8, 5, dtype=torch.bool)
+    mask[:4, :2] = False
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(40):
+        predicted, aux = model(states, actions, returns, timesteps, mask)
+        loss = ((predicted - actions) ** 2)[mask].mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert aux.item() == 0.0  # no auxiliary loss of its own
+    assert losses[-1] < 0.5 * losses[0], losses

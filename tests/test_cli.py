@@ -39,7 +39,8 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
     # The run's own Custom Scalars layout: both losses in one chart, the returns per target.
     (config,) = events.Tensors("custom_scalars__config__")
     layout = layout_pb2.Layout.FromString(config.tensor_proto.string_val[0])
-    charts = {chart.title: list(chart.multiline.tag) for chart in layout.category[0].chart}
+    assert [category.title for category in layout.category] == ["hopper-medium", "primal-dt run"]
+    charts = {chart.title: list(chart.multiline.tag) for chart in layout.category[1].chart}
     assert charts["action and KSVD losses"] == [r"^train/(action|ksvd)_loss$"]
     tags = set(logged)
     for chart, (regex,) in charts.items():
@@ -55,7 +56,7 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
         expert=3234.3,
         source="D4RL reference scores (Fu et al. 2020), measured on Hopper-v2: approximate for v5",
     )
-    assert ckpt.config.model.primal_blocks == "last"
+    assert ckpt.config.model.block_kinds() == ["softmax", "softmax", "primal"]
     assert ckpt.config.model.embed_dim == 32
     assert ckpt.state_mean.shape == (11,)
 
@@ -76,6 +77,7 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
     assert [(r["step"], r["episodes"], r["final"]) for r in logged_record] == [
         (10, 2, False), (20, 3, True)]  # fmt: skip
     assert record["results"] == logged_record[-1]["results"]
+    assert record["score"] == result["normalized_mean"]  # the first target's (target_score)
     assert result["return_mean"] == pytest.approx(logged["eval/1800/return"][-1][1], rel=1e-6)
 
     assert main(["eval", "--ckpt", str(run_dir / "ckpt.pt"), "--episodes", "1"]) == 0

@@ -21,6 +21,7 @@ from primal_dt.method.flowformer import FlowAttention
 from primal_dt.method.linear_attention import LinearAttention
 from primal_dt.method.performer import PerformerAttention, orthogonal_features
 from primal_dt.method.reformer import ReformerAttention
+from primal_dt.method.registry import ATTENTIONS
 
 CAUSAL = torch.ones(LENGTH, LENGTH, dtype=torch.bool).tril()
 
@@ -129,6 +130,13 @@ REFERENCES: dict[str, Callable[..., Tensor]] = {
     "cosformer": reference_cosformer,
     "flowformer": reference_flowformer,
 }
+
+
+def test_every_kind_has_a_float64_reference() -> None:
+    """softmax and Primal are checked against theirs in test_attention.py; every other kind of the
+    registry needs one here, so that a new kind cannot arrive unchecked."""
+    missing = set(ATTENTIONS) - set(REFERENCES) - {"softmax", "primal"}
+    assert not missing, f"kinds without a float64 reference in REFERENCES: {sorted(missing)}"
 
 
 @pytest.mark.parametrize("chunk", [4, causal_linear.CHUNK], ids=["chunks-of-4", "one-chunk"])

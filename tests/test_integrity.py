@@ -80,7 +80,7 @@ def test_a_flipped_byte_in_any_part_is_refused_naming_the_part(run, tmp_path, ca
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(ckpt), "--episodes", "1"]) == 2
     line = one_line(capsys)
-    assert f"{ckpt} fails its integrity check: {part} no longer match" in line, line
+    assert f"{ckpt} fails its integrity check: {part} no longer matches the digest" in line, line
     assert str(run_dir / "checkpoints" / "step_00000005.pt") in line  # where the others are
     assert main(["train", "--resume", str(run_dir), "--steps", "15", "--no-progress"]) == 2
     line = one_line(capsys)

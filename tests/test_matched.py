@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from primal_dt.cli import build_parser
-from primal_dt.common.config import PRIMAL_INITS, load_config
+from primal_dt.common.config import load_config
+from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
 
@@ -42,7 +43,12 @@ def test_matched_configs_differ_only_in_the_last_blocks_attention(tmp_path: Path
         assert config.model.block_kinds() == ["softmax", "softmax", kind]
         other = dataclasses.asdict(config)
         other["model"]["attention"] = dt["model"]["attention"]
-        assert other == dt, kind
+        # Each kind keeps the settings matched.toml gives it (only Primal's: rank 16, public
+        # init), none of another kind's.
+        own = {"primal": {"rank": 16, "init": "public"}}.get(kind, {})
+        assert other["model"].pop("attention_settings") == ({kind: own} if own else {}), kind
+        assert other == {**dt, "model": {k: v for k, v in dt["model"].items()
+                                         if k != "attention_settings"}}, kind  # fmt: skip
     # The parameter counts differ by the last block's own weights only (Primal's We, Wr, Λ and
     # its concat layer; none for the kinds that reuse softmax's projections' shapes).
     sizes = {kind: sum(p.numel() for p in DecisionTransformer(c.model, 11, 3, 1000).parameters())
@@ -55,9 +61,9 @@ def test_init_configs_differ_from_matched_primal_only_in_the_initialisation(tmp_
     primal = dataclasses.asdict(load_config(script.matched_config(tmp_path, "primal")))
     for init in PRIMAL_INITS:
         config = load_config(script.init_config(tmp_path, init))
-        assert config.model.primal_init == init
+        assert config.model.attention_settings["primal"]["init"] == init
         other = dataclasses.asdict(config)
-        other["model"]["primal_init"] = primal["model"]["primal_init"]
+        other["model"]["attention_settings"] = primal["model"]["attention_settings"]
         assert other == primal, init
 
 

@@ -8,11 +8,13 @@ blocks, else the mean over Primal blocks of mean_B(J^2)), and the model configur
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import Tensor
 
-from primal_dt.common.config import ModelConfig
+from primal_dt.common.config import ModelConfig, load_config
 from primal_dt.common.errors import ConfigError
 from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
 from primal_dt.method.model import DecisionTransformer
@@ -28,19 +30,31 @@ MODELS = PRIMAL_CHOICES + OTHER_KINDS + [MIXED]
 MODEL_IDS = IDS + OTHER_KINDS + ["mixed"]
 
 
-def make_model(blocks: str | list[int] | list[str], seed: int = 0) -> DecisionTransformer:
-    """blocks: a model.primal_blocks value (softmax elsewhere), an attention kind for every
-    block, or a list of kinds, one per block."""
-    torch.manual_seed(seed)
+# Small settings for the kinds that have them.
+SETTINGS = {"primal": {"rank": 8}, "performer": {"features": 16},
+            "reformer": {"buckets": 4, "chunk": 4, "hashes": 2}}  # fmt: skip
+
+
+def block_kinds(blocks: str | list[int] | list[str], n_layer: int = 3) -> str | list[str]:
+    """model.attention for blocks: an attention kind for every block, a list of kinds, one per
+    block; or which blocks are Primal, softmax elsewhere ("none", "last", "all" or indices)."""
     if isinstance(blocks, list) and blocks and isinstance(blocks[0], str):
-        kinds: dict = {"attention": blocks}
-    elif isinstance(blocks, str) and blocks in OTHER_KINDS:
-        kinds = {"attention": blocks}
-    else:
-        kinds = {"primal_blocks": blocks}
+        return list(blocks)  # type: ignore[arg-type]
+    if isinstance(blocks, str) and blocks in OTHER_KINDS:
+        return blocks
+    named = {"none": [], "last": [n_layer - 1], "all": list(range(n_layer))}
+    primal = named[blocks] if isinstance(blocks, str) else blocks
+    return ["primal" if i in primal else "softmax" for i in range(n_layer)]
+
+
+def make_model(blocks: str | list[int] | list[str], seed: int = 0) -> DecisionTransformer:
+    """A small model whose blocks are block_kinds(blocks), each kind with SETTINGS."""
+    torch.manual_seed(seed)
+    attention = block_kinds(blocks)
+    used = set([attention] if isinstance(attention, str) else attention)
     config = ModelConfig(
-        embed_dim=32, n_layer=3, n_head=2, dropout=0.1, context_len=K, primal_rank=8,
-        performer_features=16, reformer_buckets=4, reformer_chunk=4, reformer_hashes=2, **kinds,
+        embed_dim=32, n_layer=3, n_head=2, dropout=0.1, context_len=K, attention=attention,
+        attention_settings={kind: own for kind, own in SETTINGS.items() if kind in used},
     )  # fmt: skip
     config.validate()
     return DecisionTransformer(config, STATE_DIM, ACT_DIM, MAX_T).eval()
@@ -214,10 +228,14 @@ def test_ksvd_loss_reaches_primal_parameters() -> None:
     ids=["none", "last", "all", "list-dup", "middle"],
 )
 def test_primal_indices_and_blocks(primal_blocks, expected) -> None:
-    config = ModelConfig(embed_dim=32, n_layer=3, n_head=2, primal_rank=8, context_len=K)
-    config.primal_blocks = primal_blocks
-    config.validate()
+    """model.primal_blocks, the older way to say which blocks are Primal, still reads as the list
+    of kinds it stands for, with the older model.primal_rank as Primal's rank."""
+    base = ["model.embed_dim=32", "model.n_layer=3", "model.n_head=2", f"model.context_len={K}"]
+    legacy = [f"model.primal_blocks={json.dumps(primal_blocks)}", "model.primal_rank=8"]
+    config = load_config(None, [*base, *legacy]).model
     assert config.primal_indices() == expected
+    assert config.block_kinds() == ["primal" if i in expected else "softmax" for i in range(3)]
+    assert config.attention_settings == ({"primal": {"rank": 8}} if expected else {})
     model = DecisionTransformer(config, STATE_DIM, ACT_DIM, MAX_T)
     for i, block in enumerate(model.blocks):
         if i in expected:
@@ -228,8 +246,10 @@ def test_primal_indices_and_blocks(primal_blocks, expected) -> None:
 
 
 def test_primal_indices_last_follows_n_layer() -> None:
-    assert ModelConfig(n_layer=5, primal_blocks="last").primal_indices() == [4]
-    assert ModelConfig(n_layer=1, primal_blocks="all").primal_indices() == [0]
+    last = load_config(None, ['model.primal_blocks="last"', "model.n_layer=5"]).model
+    assert last.primal_indices() == [4]
+    every = load_config(None, ["model.n_layer=1", 'model.primal_blocks="all"']).model
+    assert every.primal_indices() == [0]
 
 
 @pytest.mark.parametrize(
@@ -245,12 +265,11 @@ def test_primal_indices_last_follows_n_layer() -> None:
     ids=["indivisible", "index-3", "index-0-3", "index-neg", "unknown", "case"],
 )
 def test_validate_rejects_bad_model_config(overrides) -> None:
-    config = ModelConfig(embed_dim=32, n_layer=3, n_head=2, primal_rank=8, context_len=K)
-    config.validate()  # the base is fine
-    for name, value in overrides.items():
-        setattr(config, name, value)
+    base = ["model.embed_dim=32", "model.n_layer=3", "model.n_head=2"]
+    load_config(None, base)  # the base is fine
+    bad = [f"model.{name}={json.dumps(value)}" for name, value in overrides.items()]
     with pytest.raises(ConfigError):
-        config.validate()
+        load_config(None, [*base, *bad])
 
 
 @pytest.mark.parametrize("primal_blocks", MODELS, ids=MODEL_IDS)

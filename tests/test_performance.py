@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -13,20 +14,22 @@ from primal_dt.common.config import load_config
 from primal_dt.common.device import autocast
 from primal_dt.data.tasks import resolve_task
 from primal_dt.method.model import DecisionTransformer
+from primal_dt.method.registry import ATTENTIONS
 from primal_dt.store.rundir import read_snapshot
 
-# Two blocks: softmax attention in the first, the Primal layer (its custom autograd Functions) in
-# the last, so the fast paths are checked on both.
-BOTH_ATTENTIONS = ('model.primal_blocks="last"',)
+# Softmax attention in the first blocks, the Primal layer (its custom autograd Functions) in the
+# last, so the fast paths are checked on both.
+BOTH_ATTENTIONS = ('model.attention=["softmax","softmax","primal"]',)
 # On CUDA also the mode gpu_check.sh times, which replays CUDA graphs (the same as default on CPU).
 COMPILE_MODES = ["default"] if DEVICE == "cpu" else ["default", "reduce-overhead"]
 
 
-# Softmax and Primal; then the five other attentions of the paper's table, one block each.
+# Softmax and Primal; then every other kind of the registry (the paper's table), one block each.
+OTHERS = [kind for kind in ATTENTIONS if kind not in ("softmax", "primal")]
 MODELS = {
     "softmax-primal": BOTH_ATTENTIONS,
-    "the-others": ("model.n_layer=5", 'model.primal_blocks="none"', "model.performer_features=16",
-                   'model.attention=["linear","reformer","performer","cosformer","flowformer"]'),
+    "the-others": (f"model.n_layer={len(OTHERS)}", f"model.attention={json.dumps(OTHERS)}",
+                   "model.attention_settings.performer.features=16"),
 }  # fmt: skip
 
 
@@ -108,7 +111,7 @@ def test_bf16_autocast_keeps_the_ksvd_sums_in_float32() -> None:
     it equals a float64 sum over those same bf16 scores to float32 precision (a bf16 sum would
     be off by about 1e-2)."""
     torch.manual_seed(0)
-    config = load_config(None, [*TINY, 'model.primal_blocks="last"']).model
+    config = load_config(None, [*TINY, *BOTH_ATTENTIONS]).model
     model = DecisionTransformer(config, 11, 3, 1000).to(DEVICE)
     attn = model.blocks[-1].attn
     captured, scores = {}, attn.scores

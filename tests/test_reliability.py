@@ -89,7 +89,8 @@ def test_bad_checkpoints_are_refused_and_left_as_they_were(minari_root, tmp_path
         (["eval", "--ckpt", str(foreign)], "not a primal-dt checkpoint"),
         (["eval", "--ckpt", str(other_env)], "states/actions of size 11/3"),
         (["train", "--resume", str(tmp_path)], "not a primal-dt run directory"),
-        (["train", "--resume", str(run_dir)], "already at step 10"),
+        (["train", "--resume", str(run_dir)], "has trained all its 10 steps; pass --steps N"),
+        (["train", "--resume", str(run_dir), "--steps", "5"], "--steps 5 is before"),
     ]
     for args, expected in cases:
         assert main(args) == 2, args
@@ -137,9 +138,13 @@ def test_config_values_out_of_range_are_refused(minari_root, tmp_path, capsys) -
     cases = {
         "train.steps=-5": "train.steps must be > 0",
         "model.dropout=1.5": "model.dropout must be in [0, 1)",
-        "model.primal_blocks=[7]": "index outside",
-        "model.primal_blocks='first'": "model.primal_blocks must be one of",
-        "model.primal_init='xavier'": "model.primal_init must be one of per-head, public",
+        # The older form, beside the default config's list of kinds:
+        "model.primal_blocks=[7]": "model.primal_blocks (its older form) must be left out",
+        'model.attention="perfomer"': "unknown attention 'perfomer' (did you mean 'performer'?)",
+        "model.attention_settings.primal.rank=0": "attention_settings.primal.rank must be > 0",
+        'model.attention_settings.primal.rank="8"': "primal.rank must be an integer, got '8'",
+        "model.attention_settings.performer.features=8": "performer: no block uses performer",
+        "model.primal_init='xavier'": "primal.init must be one of per-head, public, got 'xavier'",
         "train.device='tpu'": "train.device must be",
         "data.download=3": "data.download must be true or false",
     }
@@ -307,6 +312,85 @@ def test_a_misspelt_recipe_gets_did_you_mean(minari_root, capsys) -> None:
     assert main(["datasets", "make", "--env", "hopper", "--recipe", "polcy"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "unknown recipe 'polcy' (did you mean 'policy'?)" in line, line
+    assert main(["datasets", "make", "--env", "hoper", "--recipe", "policy"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "unknown env 'hoper' (did you mean 'hopper'?)" in line, line
+
+
+def test_bad_seeds_of_eval_and_sweep_are_one_line(minari_root, tmp_path, capsys) -> None:
+    cases = [
+        (["eval", "--ckpt", str(tmp_path), "--seed", "-1"], "--seed must be in 0..4294967295"),
+        (["sweep", "--tasks", "hopper-medium", "--seeds", "-1,2", "--runs-dir", str(tmp_path)],
+         "--seeds must be in 0..4294967295, got -1"),
+        (["sweep", "--tasks", "hopper-medium", "--seeds", "1,-2", "--runs-dir", str(tmp_path)],
+         "--seeds must be in 0..4294967295, got -2"),
+    ]  # fmt: skip
+    for args, expected in cases:
+        assert main(args) == 2, args
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("primal-dt: error: ") and expected in line, (args, line)
+    assert not any(tmp_path.iterdir())
+
+
+def files_of(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+
+def test_resuming_after_config_json_was_edited_names_the_settings(
+    minari_root, tmp_path, capsys
+) -> None:
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 5)) == 0
+    started = json.loads((run_dir / "config.json").read_text())
+    edited = {**started, "model": {**started["model"], "embed_dim": 48},
+              "train": {**started["train"], "lr": 0.5}}  # fmt: skip
+    (run_dir / "config.json").write_text(json.dumps(edited))
+    before = files_of(run_dir)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_dir), "--steps", "10", "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{run_dir / 'config.json'} differs from the settings" in line, line
+    embed = started["model"]["embed_dim"]
+    assert f"model.embed_dim ({embed} in the checkpoint, 48 in config.json)" in line, line
+    assert "train.lr (" in line and "put config.json back" in line, line
+    assert files_of(run_dir) == before
+    # Put back, it resumes; --steps (train.steps) differs from config.json and is no edit.
+    (run_dir / "config.json").write_text(json.dumps(started))
+    assert main(["train", "--resume", str(run_dir), "--steps", "10", "--no-progress"]) == 0
+    assert read_snapshot(run_dir).step == 10
+
+
+def test_rolling_an_extended_run_back_says_how_far_it_trains(minari_root, tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 10, "train.ckpt_every=5")) == 0
+    assert main(["train", "--resume", str(run_dir), "--steps", "15", "--no-progress"]) == 0
+    capsys.readouterr()
+    step_5 = run_dir / "checkpoints" / "step_00000005.pt"
+    assert main(["train", "--resume", str(run_dir), "--from", str(step_5), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "rolled back to step 5: what the run did after it is dropped; it trains to step 10, the "
+        "length that checkpoint was saved with (the run had since been extended to 15 steps: "
+        "pass --steps 15 to train as far)" in err
+    ), err
+    assert read_snapshot(run_dir).step == 10
+
+
+def test_resuming_a_run_whose_ckpt_is_damaged_gives_the_command_that_works(
+    minari_root, tmp_path, capsys
+) -> None:
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 10, "train.ckpt_every=5")) == 0
+    ckpt = run_dir / "ckpt.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_dir), "--steps", "15", "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    command = line.split("to continue from the newest of them: ")[-1]
+    step_10 = run_dir / "checkpoints" / "step_00000010.pt"
+    assert command == f"primal-dt train --resume {run_dir} --from {step_10}", line
+    assert main([*command.split()[1:], "--steps", "15", "--no-progress"]) == 0
+    assert read_snapshot(run_dir).step == 15
 
 
 @pytest.mark.parametrize(

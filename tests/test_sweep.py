@@ -158,14 +158,18 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
     assert logged["by_task/hopper-expert/train/ksvd_loss"] == logged["train/ksvd_loss"]
     assert logged["by_task/hopper-expert/eval/1800/normalized_return"][-1][0] == 10
     assert [s for s, _ in logged["spectrum/block_1/rank_90"]] == [10]
-    root = EventAccumulator(str(runs))
-    root.Reload()
-    (config,) = root.Tensors("custom_scalars__config__")
-    layout = layout_pb2.Layout.FromString(config.tensor_proto.string_val[0])
-    assert [c.title for c in layout.category] == ["hopper-expert", "hopper-medium"]
-    regexes = [c.multiline.tag[0] for c in layout.category[1].chart]
-    assert regexes == [r"^by_task/hopper-medium/eval/.*/normalized_return$",
-                       r"^by_task/hopper-medium/train/ksvd_loss$"]  # fmt: skip
+    # Each run's layout carries its task's category (TensorBoard merges them over runs); the
+    # runs directory itself holds no event file, which TensorBoard would list as a run ".".
+    assert not list(runs.glob("events.out.tfevents*"))
+    for task in ("hopper-expert", "hopper-medium"):
+        run = EventAccumulator(str(runs / task / "primal-dt-s0"))
+        run.Reload()
+        (config,) = run.Tensors("custom_scalars__config__")
+        layout = layout_pb2.Layout.FromString(config.tensor_proto.string_val[0])
+        assert [c.title for c in layout.category] == [task, "primal-dt run"]
+        regexes = [c.multiline.tag[0] for c in layout.category[0].chart]
+        assert regexes == [f"^by_task/{task}/eval/.*/normalized_return$",
+                           f"^by_task/{task}/train/ksvd_loss$"]  # fmt: skip
 
     # Run again: finished runs are skipped; a run killed during its final evaluation is only
     # evaluated; nothing is trained again.
@@ -211,7 +215,7 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
     assert float(average["final_mean"]) == pytest.approx(expected, abs=1e-3)
     assert "| hopper-medium | dt | 0,1 |" in table and "| **average** | primal-dt |" in table
     text = (report / "report.md").read_text()
-    assert "| hopper-expert | primal-dt | 1 | Primal |" in text
+    assert "| hopper-expert | primal-dt | 2 | Primal |" in text
     assert "| hopper-expert | dt | 1 | softmax |" in text
     assert "![spectrum_hopper-medium](spectrum_hopper-medium.png)" in text
 
@@ -312,3 +316,20 @@ def test_sweep_on_a_local_ray_instance(minari_root, tmp_path, capsys) -> None:
     assert read_snapshot(run_dir).step == 10
     assert read_results(RunDir(run_dir))[-1].final
     assert json.loads((run_dir / "config.json").read_text())["train"]["seed"] == 3
+
+
+def test_a_runs_score_is_its_first_targets_everywhere(tmp_path) -> None:
+    """One definition (store/results.py target_score): the normalised return at the first
+    target, never the best of the targets, in the sweep's line as in the report's table."""
+    from primal_dt.store.results import EvalRecord, TargetSummary, append_result, target_score
+    from primal_dt.tools.sweep import final_summary
+
+    first = TargetSummary(3600.0, 1200.0, 10.0, 35.9, 0.3, 500.0, 10)
+    better = TargetSummary(1800.0, 1230.0, 10.0, 36.9, 0.3, 500.0, 10)
+    record = EvalRecord(step=100, checkpoint="ckpt.pt", final=True, results=[first, better])
+    record.score = 36.9  # as records before this definition said: the best of the targets
+    assert target_score(record) == 35.9
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    append_result(run, record)
+    assert final_summary(run) == "final return at target 3600 35.9"

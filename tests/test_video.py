@@ -158,3 +158,23 @@ def test_only_videos_need_the_back_end_mujoco_gl_names(minari_root, tmp_path) ->
     assert f"MUJOCO_GL={back_end}" in line and install in line
     assert "Traceback" not in video.stderr  # the line alone, not Gymnasium's half-made viewer
     assert not list(RunDir(run_dir).videos.glob("*.mp4"))
+
+
+@pytest.mark.parametrize("module", ["imageio", "imageio_ffmpeg"])
+def test_eval_video_without_the_extra_names_it_and_writes_nothing(
+    minari_root, tmp_path, capsys, monkeypatch, module: str
+) -> None:
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 5, "eval.final_episodes=1")) == 0
+    before = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))
+    capsys.readouterr()
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed: import raises
+    assert main(["eval", "--ckpt", str(run_dir), "--episodes", "1", "--video"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip().splitlines() == [
+        f"primal-dt: error: videos need imageio and imageio-ffmpeg ({module} is not installed): "
+        "pip install 'primal-dt[video]'"
+    ]
+    assert not RunDir(run_dir).videos.exists()
+    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == before

@@ -3,8 +3,10 @@
 `{config-reference}` renders, per section ([model], [train], [eval], [data]), every key with its
 type, default and meaning: the type and default from the dataclass field, the meaning from the
 field's `#:` comment in primal_dt/common/config.py (read by Sphinx's own source analyser, as
-autodoc reads attribute comments). A field without one is a build error, so a new key must say
-what it means.
+autodoc reads attribute comments); and after [model], each attention kind's own settings
+([model.attention_settings.<kind>]) from the settings dataclass the kind declares, with the `#:`
+comments of its module. A field without one is a build error, so a new key must say what it
+means.
 """
 
 from __future__ import annotations
@@ -20,16 +22,19 @@ from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.docutils import SphinxDirective
 
 from primal_dt.common import config
+from primal_dt.method.registry import ATTENTIONS
 
 
 def field_rows(cls: type) -> list[tuple[str, str, str, str]]:
     """(key, type, default, meaning) of each field of one config dataclass."""
-    docs = ModuleAnalyzer.for_module(config.__name__).find_attr_docs()
+    docs = ModuleAnalyzer.for_module(cls.__module__).find_attr_docs()
     rows = []
     for field in dataclasses.fields(cls):
         meaning = " ".join(line.strip() for line in docs.get((cls.__name__, field.name), []))
         if not meaning:
-            raise ExtensionError(f"{cls.__name__}.{field.name} has no #: comment in config.py")
+            raise ExtensionError(
+                f"{cls.__name__}.{field.name} has no #: comment in {cls.__module__}"
+            )
         if field.default_factory is not dataclasses.MISSING:
             default = repr(field.default_factory())
         else:
@@ -82,10 +87,25 @@ class ConfigReference(SphinxDirective):
             if dataclasses.is_dataclass(section):
                 found += [nodes.rubric(text=f"[{field.name}]"),
                           _table(field_rows(type(section)), f"{field.name}.")]  # fmt: skip
+                if field.name == "model":
+                    found += _kind_settings()
             else:
                 top.append(field.name)
         rows = [row for row in field_rows(config.Config) if row[0] in top]
         return [*found, nodes.rubric(text="top level"), _table(rows, "")]
+
+
+def _kind_settings() -> list[nodes.Node]:
+    """A table per attention kind that has settings of its own (method/registry.py)."""
+    found: list[nodes.Node] = []
+    for kind, cls in ATTENTIONS.items():
+        if cls.settings_class is not None:
+            key = f"model.attention_settings.{kind}"
+            found += [
+                nodes.rubric(text=f"[{key}]"),
+                _table(field_rows(cls.settings_class), f"{key}."),
+            ]
+    return found
 
 
 def setup(app: Sphinx) -> dict[str, bool]:

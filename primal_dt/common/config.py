@@ -23,12 +23,22 @@ from typing import Any
 from primal_dt.common.errors import ConfigError, did_you_mean
 from primal_dt.common.resources import resource_dir
 
-PRIMAL_BLOCK_CHOICES = ("none", "last", "all")
+PRIMAL_BLOCK_CHOICES = ("none", "last", "all")  # the older model.primal_blocks (LEGACY_KEYS)
 PRECISIONS = ("auto", "bf16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
-
-PRIMAL_INITS = ("per-head", "public")  # model.primal_init
+#: Keys of [model] from before each kind owned its settings, read from older config files,
+#: checkpoints and --set as the setting they became, (kind, setting). Each applied only where a
+#: block has that kind, as they were (older checkpoints carry every kind's, with defaults).
+LEGACY_SETTINGS = {
+    "primal_rank": ("primal", "rank"),
+    "primal_init": ("primal", "init"),
+    "performer_features": ("performer", "features"),
+    "performer_redraw": ("performer", "redraw"),
+    "reformer_buckets": ("reformer", "buckets"),
+    "reformer_chunk": ("reformer", "chunk"),
+    "reformer_hashes": ("reformer", "hashes"),
+}
 
 
 @dataclass
@@ -37,7 +47,8 @@ class ModelConfig:
 
     The defaults are the Decision Transformer paper's (embed 128, 3 layers, 1 head, K = 20, plain
     softmax attention); configs/primal-dt.toml sets the Primal paper's. Every key, with its type,
-    default and meaning, is in the documentation's configuration reference.
+    default and meaning, is in the documentation's configuration reference, and so is each
+    kind's own settings (declared by the kind itself, method/registry.py checks them).
     """
 
     embed_dim: int = 128  #: D, the width of every token (heads split it)
@@ -47,68 +58,36 @@ class ModelConfig:
     #: K, the steps in a window. It stays under [model] although the sampler and the evaluator read it:
     #: a policy acts only with the window length it was trained on, so it belongs to the model.
     context_len: int = 20
-    #: Which blocks use Primal-Attention: "none" (plain DT), "last" (the paper), "all", or indices.
-    primal_blocks: str | list[int] = "none"
-    primal_rank: int = 32  #: s, the rank of each Primal head (We, Wr are d x s)
-    #: How We and Wr start: "per-head" (each head's (d, s) block orthonormal columns) or "public"
-    #: (the public code's ``orthogonal_`` on the whole (H, d, s) tensor; attention.py says more).
-    primal_init: str = "per-head"
-    #: The attention of the blocks that primal_blocks leaves (all of them with "none"): a kind of
-    #: method/registry.py (softmax, primal, linear, reformer, performer, cosformer, flowformer);
-    #: or a list of one kind per block, with primal_blocks left at "none".
+    #: The attention of every block, a kind of method/registry.py (softmax, primal, linear,
+    #: reformer, performer, cosformer, flowformer); or a list of one kind per block, first to last
+    #: (the Primal paper's Primal.+DT: ``["softmax", "softmax", "primal"]``).
     attention: str | list[str] = "softmax"
-    performer_features: int = 256  #: m, random features per head (google-research's default)
-    performer_redraw: int = 1000  #: training steps between redraws of the features; 0: never
-    reformer_buckets: int = 8  #: hash buckets per round (even)
-    reformer_chunk: int = 16  #: c, the earlier same-bucket tokens a query may see per round
-    reformer_hashes: int = 4  #: hash rounds
-
-    def _primal_block_indices(self) -> list[int]:
-        if self.primal_blocks == "none":
-            return []
-        if self.primal_blocks == "last":
-            return [self.n_layer - 1]
-        if self.primal_blocks == "all":
-            return list(range(self.n_layer))
-        assert not isinstance(self.primal_blocks, str), "validate() rejects other strings"
-        return sorted(set(self.primal_blocks))
+    #: Each kind's own settings, a table per kind that a block uses, e.g.
+    #: ``[model.attention_settings.primal]`` with ``rank = 64``; a setting left out keeps the
+    #: kind's default (the tables below).
+    attention_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def block_kinds(self) -> list[str]:
         """The attention kind of each block, first to last."""
         if isinstance(self.attention, list):
             return list(self.attention)
-        primal = set(self._primal_block_indices())
-        return ["primal" if i in primal else self.attention for i in range(self.n_layer)]
+        return [self.attention] * self.n_layer
 
     def primal_indices(self) -> list[int]:
         """Indices of the transformer blocks whose attention is Primal-Attention."""
         return [i for i, kind in enumerate(self.block_kinds()) if kind == "primal"]
 
+    def settings_of(self, kind: str) -> dict[str, Any]:
+        """The settings given for a kind (its table; empty: all its defaults)."""
+        return dict(self.attention_settings.get(kind, {}))
+
     def validate(self) -> None:
-        _positive(self, "model", "embed_dim", "n_layer", "n_head", "context_len", "primal_rank")
-        _positive(self, "model", "performer_features", "reformer_chunk", "reformer_hashes")
-        if self.performer_redraw < 0:
-            raise ConfigError(f"model.performer_redraw must be >= 0, got {self.performer_redraw}")
-        if self.reformer_buckets < 2 or self.reformer_buckets % 2:
+        _fold_legacy(self)
+        _positive(self, "model", "embed_dim", "n_layer", "n_head", "context_len")
+        if isinstance(self.attention, list) and len(self.attention) != self.n_layer:
             raise ConfigError(
-                f"model.reformer_buckets must be even and at least 2 (a hash is an argmax over "
-                f"[xR; -xR]), got {self.reformer_buckets}"
-            )
-        if isinstance(self.attention, list):
-            if len(self.attention) != self.n_layer:
-                raise ConfigError(
-                    f"model.attention lists {len(self.attention)} kinds for {self.n_layer} blocks "
-                    f"(model.n_layer); give one kind per block, or one kind for all"
-                )
-            if self.primal_blocks != "none":
-                raise ConfigError(
-                    "model.attention lists a kind per block, so model.primal_blocks must be "
-                    f'"none" (write "primal" in the list instead), got {self.primal_blocks!r}'
-                )
-        if self.primal_init not in PRIMAL_INITS:
-            raise ConfigError(
-                f"model.primal_init must be one of {', '.join(PRIMAL_INITS)}, "
-                f"got {self.primal_init!r}"
+                f"model.attention lists {len(self.attention)} kinds for {self.n_layer} blocks "
+                f"(model.n_layer); give one kind per block, or one kind for all"
             )
         if self.embed_dim % self.n_head:
             raise ConfigError(
@@ -116,17 +95,47 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
-        if isinstance(self.primal_blocks, str):
-            if self.primal_blocks not in PRIMAL_BLOCK_CHOICES:
-                raise ConfigError(
-                    f"model.primal_blocks must be one of {', '.join(PRIMAL_BLOCK_CHOICES)} "
-                    f"or a list of block indices, got {self.primal_blocks!r}"
-                )
-        elif any(not 0 <= i < self.n_layer for i in self.primal_blocks):
+
+
+def _fold_legacy(model: ModelConfig) -> None:
+    """Older keys set on this section (_apply keeps them aside until every file and override has
+    been applied): model.primal_blocks becomes the list of kinds, and each LEGACY_SETTINGS key the
+    setting of its kind where a block has that kind (whichever of the older key and the table
+    was set last wins)."""
+    legacy: dict[str, Any] = model.__dict__.pop("_legacy", {})
+    blocks = legacy.pop("primal_blocks", "none")
+    if blocks != "none":
+        if isinstance(model.attention, list):
             raise ConfigError(
-                f"model.primal_blocks {self.primal_blocks} has an index outside "
-                f"0..{self.n_layer - 1} (model.n_layer = {self.n_layer})"
+                "model.attention lists a kind per block, so model.primal_blocks (its older form) "
+                f'must be left out (write "primal" in the list instead), got {blocks!r}'
             )
+        indices = _primal_block_indices(blocks, model.n_layer)
+        model.attention = [
+            "primal" if i in indices else model.attention for i in range(model.n_layer)
+        ]
+    kinds = set(model.block_kinds())
+    for name, value in legacy.items():
+        kind, setting = LEGACY_SETTINGS[name]
+        if kind in kinds:
+            model.attention_settings.setdefault(kind, {})[setting] = value
+
+
+def _primal_block_indices(blocks: str | list[int], n_layer: int) -> list[int]:
+    """The blocks an older model.primal_blocks value names: "last", "all" or indices."""
+    if isinstance(blocks, str):
+        if blocks not in PRIMAL_BLOCK_CHOICES:
+            raise ConfigError(
+                f"model.primal_blocks must be one of {', '.join(PRIMAL_BLOCK_CHOICES)} "
+                f"or a list of block indices, got {blocks!r}"
+            )
+        return [n_layer - 1] if blocks == "last" else list(range(n_layer))
+    if any(not 0 <= i < n_layer for i in blocks):
+        raise ConfigError(
+            f"model.primal_blocks {blocks} has an index outside 0..{n_layer - 1} "
+            f"(model.n_layer = {n_layer})"
+        )
+    return sorted(set(blocks))
 
 
 @dataclass
@@ -231,7 +240,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)  #: the [train] section
     eval: EvalConfig = field(default_factory=EvalConfig)  #: the [eval] section
     data: DataConfig = field(default_factory=DataConfig)  #: the [data] section
-    #: The Primal paper tunes the rank per dataset; a task listed here gets its rank unless overridden.
+    #: The Primal paper tunes the rank per dataset: a task listed here gets this Primal rank
+    #: (model.attention_settings.primal.rank) where a block is Primal, unless --set gives one.
     primal_rank_by_task: dict[str, int] = field(default_factory=dict)
 
     def validate(self) -> Config:
@@ -268,13 +278,15 @@ def check_device_name(device: str, key: str) -> None:
         raise ConfigError(f"{key} must be auto, cpu, cuda or cuda:N, got {device!r}")
 
 
-def _check_type(value: Any, hint: Any, key: str) -> Any:
+def check_type(value: Any, hint: Any, key: str) -> Any:
     """Return value converted to the annotated type, or raise ConfigError naming the key."""
+    if hint is Any:
+        return value
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         for option in typing.get_args(hint):
             try:
-                return _check_type(value, option, key)
+                return check_type(value, option, key)
             except ConfigError:
                 continue
         raise ConfigError(f"{key} has the wrong type: {value!r} is not {_type_name(hint)}")
@@ -282,12 +294,12 @@ def _check_type(value: Any, hint: Any, key: str) -> Any:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
             raise ConfigError(f"{key} must be a list of {item.__name__}, got {value!r}")
-        return [_check_type(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [check_type(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         _, item = typing.get_args(hint)
         if not isinstance(value, dict):
             raise ConfigError(f"{key} must be a table, got {value!r}")
-        return {str(k): _check_type(v, item, f"{key}.{k}") for k, v in value.items()}
+        return {str(k): check_type(v, item, f"{key}.{k}") for k, v in value.items()}
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is int and isinstance(value, bool):
@@ -308,6 +320,12 @@ def _apply(target: Any, values: dict[str, Any], prefix: str) -> None:
     hints = typing.get_type_hints(type(target))
     for name, value in values.items():
         key = f"{prefix}{name}"
+        if isinstance(target, ModelConfig) and (name in LEGACY_SETTINGS or name == "primal_blocks"):
+            hint = str | list[int] if name == "primal_blocks" else Any
+            target.__dict__.setdefault("_legacy", {})[name] = check_type(value, hint, key)
+            continue  # folded in when the section is validated (_fold_legacy)
+        if isinstance(target, ModelConfig) and name == "attention_settings":
+            _forget_legacy(target, value)  # a later setting wins over an earlier older key
         if name not in hints:
             known = [f"{prefix}{n}" for n in hints]
             raise ConfigError(
@@ -319,8 +337,33 @@ def _apply(target: Any, values: dict[str, Any], prefix: str) -> None:
             if not isinstance(value, dict):
                 raise ConfigError(f"{key} is a section; set its keys, e.g. {key}.<key>=<value>")
             _apply(current, value, f"{key}.")
+        elif isinstance(current, dict) and isinstance(value, dict):  # tables merge, key by key
+            setattr(target, name, _merged(current, check_type(value, hints[name], key)))
         else:
-            setattr(target, name, _check_type(value, hints[name], key))
+            setattr(target, name, check_type(value, hints[name], key))
+
+
+def _forget_legacy(model: ModelConfig, tables: Any) -> None:
+    """Drop the older keys that these settings tables set anew."""
+    legacy = model.__dict__.get("_legacy", {})
+    for name, (kind, setting) in LEGACY_SETTINGS.items():
+        if isinstance(tables, dict) and setting in (tables.get(kind) or {}):
+            legacy.pop(name, None)
+
+
+def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """new over old, tables within tables merged too (--set model.attention_settings.primal.rank=8
+    keeps the file's other Primal settings)."""
+    merged = dict(old)
+    for key, value in new.items():
+        both = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merged(merged[key], value) if both else value
+    return merged
+
+
+def packaged_config_names() -> list[str]:
+    """The configs that can be named without a path: configs/*.toml, by file stem."""
+    return sorted(p.stem for p in resource_dir("configs").glob("*.toml"))
 
 
 def named_config_path(name_or_path: str) -> Path:
@@ -332,7 +375,7 @@ def named_config_path(name_or_path: str) -> Path:
         return path
     packaged = resource_dir("configs") / f"{name_or_path}.toml"
     if not packaged.is_file():
-        known = sorted(p.stem for p in resource_dir("configs").glob("*.toml"))
+        known = packaged_config_names()
         raise ConfigError(
             f"unknown config {name_or_path!r}{did_you_mean(name_or_path, known)}; use a .toml "
             f"file or one of {known}"
@@ -379,12 +422,17 @@ def nest(key: str, value: Any) -> dict[str, Any]:
     return result
 
 
+# The --set keys that give the Primal rank, which then wins over primal_rank_by_task.
+RANK_KEYS = ("model.attention_settings.primal.rank", "model.primal_rank")
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     task: str | None = None,
 ) -> Config:
-    """Defaults, then the TOML file, then the task's paper rank, then each --set override."""
+    """Defaults, then the TOML file, then each --set override; then the task's Primal rank from
+    primal_rank_by_task, where a block is Primal and no override gave the rank."""
     config = Config()
     if path is not None:
         path = Path(path)
@@ -393,12 +441,27 @@ def load_config(
         except (OSError, tomllib.TOMLDecodeError) as err:
             raise ConfigError(f"cannot read config {path}: {err}") from err
         _apply(config, data, "")
+    from_file = set(config.model.attention_settings)
     parsed = [parse_override(text) for text in overrides]
-    if task in config.primal_rank_by_task:
-        config.model.primal_rank = config.primal_rank_by_task[task]
     for key, value in parsed:
         _apply(config, nest(key, value), "")
-    return config.validate()
+    config.validate()
+    if any(key == "model.attention" for key, _ in parsed):
+        _drop_replaced_settings(config.model, from_file, [key for key, _ in parsed])
+    rank_given = any(key.startswith(RANK_KEYS) for key, _ in parsed)
+    if task in config.primal_rank_by_task and config.model.primal_indices() and not rank_given:
+        primal = config.model.attention_settings.setdefault("primal", {})
+        primal["rank"] = config.primal_rank_by_task[task]
+    return config
+
+
+def _drop_replaced_settings(model: ModelConfig, from_file: set[str], keys: list[str]) -> None:
+    """--set model.attention replaces the file's kinds, and with them the file's settings of the
+    kinds no block has now (configs/primal-dt.toml --set model.attention="softmax" is the paper's
+    sizes with softmax everywhere); a table given by --set stays, to be refused if unused."""
+    given = {key.split(".")[2] for key in keys if key.startswith("model.attention_settings.")}
+    for kind in from_file - set(model.block_kinds()) - given:
+        del model.attention_settings[kind]
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:

@@ -240,7 +240,10 @@ def _check(options: MakeOptions) -> tuple[EnvInfo, str]:
     """Refuse bad combinations before anything slow runs; returns the env and the dataset id."""
     env = load_envs().get(options.env)
     if env is None:
-        raise TaskError(f"unknown env {options.env!r}: one of {', '.join(load_envs())}")
+        envs = list(load_envs())
+        raise TaskError(
+            f"unknown env {options.env!r}{did_you_mean(options.env, envs)}: one of {', '.join(envs)}"
+        )
     if options.recipe not in RECIPES:
         raise DatasetError(
             f"unknown recipe {options.recipe!r}{did_you_mean(options.recipe, RECIPES)}: one of "

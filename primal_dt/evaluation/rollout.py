@@ -26,7 +26,7 @@ from primal_dt.common.device import autocast, autocast_dtype, recorded_precision
 from primal_dt.common.errors import CheckpointError, ConfigError
 from primal_dt.evaluation.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
 from primal_dt.method.model import DecisionTransformer, evaluating
-from primal_dt.store.results import EvalRecord, TargetSummary
+from primal_dt.store.results import EvalRecord, TargetSummary, target_score
 from primal_dt.store.rundir import Snapshot, TaskRecord
 
 
@@ -272,6 +272,8 @@ class EvalOptions:
             raise ConfigError(f"--workers must be >= 0, got {self.workers}")
         if self.videos < 0:
             raise ConfigError(f"--video must be >= 0 episodes, got {self.videos}")
+        if self.seed is not None and not 0 <= self.seed < 2**32:  # gymnasium's reset seeds
+            raise ConfigError(f"--seed must be in 0..{2**32 - 1}, got {self.seed}")
         if any(not math.isfinite(target) for target in self.targets or ()):
             raise ConfigError(f"--targets must be finite returns, got {self.targets}")
         check_device_name(self.device, "--device")
@@ -323,8 +325,7 @@ def evaluation_record(
     task = snapshot.task
     results = score_targets(policy, task, plan.episodes, plan.seed, plan.targets, plan.workers)
     summaries = [r.summary() for r in results]
-    best = max(summaries, key=lambda s: s.return_mean)
-    return EvalRecord(
+    record = EvalRecord(
         step=snapshot.step,
         checkpoint=checkpoint,
         task=task.name,
@@ -335,12 +336,13 @@ def evaluation_record(
         final=plan.final,
         reference=task.reference,
         results=summaries,
-        score=best.return_mean if best.normalized_mean is None else best.normalized_mean,
         seconds=round(time.perf_counter() - start, 2),
         dataset_best_return=task.dataset_best_return,
         device=str(policy.device),
         precision="bf16" if autocast_dtype(policy.precision, policy.device) else "fp32",
     )
+    record.score = target_score(record)
+    return record
 
 
 def record_videos(snapshot: Snapshot, policy: Policy, plan: EvalPlan, folder: Path) -> list[Path]:

@@ -38,7 +38,13 @@ from primal_dt.evaluation.rollout import (
 )
 from primal_dt.evaluation.video import gif_summary, read_frames, video_target_and_seed
 from primal_dt.method.model import DecisionTransformer
-from primal_dt.store.results import EvalRecord, append_result, describe, read_results
+from primal_dt.store.results import (
+    EvalRecord,
+    append_result,
+    describe,
+    read_results,
+    target_score,
+)
 from primal_dt.store.rundir import (
     RunDir,
     RunLock,
@@ -72,7 +78,7 @@ class Evaluator:
     ) -> None:
         self.run, self.options, self.device, self.log = run, options, device, log
         self._writer: Any = None
-        scores = [r.score for r in read_results(run) if r.score is not None]
+        scores = [score for r in read_results(run) if (score := target_score(r)) is not None]
         self._best = max(scores, default=-math.inf)
 
     def __enter__(self) -> Evaluator:

@@ -95,16 +95,26 @@ def video_target_and_seed(name: str) -> tuple[str, str]:
     return match[1], match[2]
 
 
+def check_mp4_writer() -> None:
+    """A VideoUnavailable naming the extra to install where imageio or its ffmpeg is missing:
+    checked before anything is evaluated or a folder made."""
+    for module in ("imageio", "imageio_ffmpeg"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise VideoUnavailable(
+                f"videos need imageio and imageio-ffmpeg ({module} is not installed): "
+                f"pip install 'primal-dt[video]'"
+            ) from None
+
+
 @contextmanager
 def mp4_writer(path: Path, fps: float) -> Iterator[Any]:
     """An MP4 writer taking (H, W, 3) uint8 frames with .append_data; a missing writer or
     rendering back-end is one VideoUnavailable, and a failed file is removed."""
-    try:
-        import imageio
-    except ImportError:
-        raise VideoUnavailable(
-            "videos need imageio and imageio-ffmpeg: pip install 'primal-dt[video]'"
-        ) from None
+    check_mp4_writer()
+    import imageio
+
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         writer = imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1)

@@ -47,15 +47,16 @@ How the authors' public code (PrimalAttention_RL) differs, and what this project
   K1 counts real tokens only, so padding changes neither J nor its gradients.
 - Its ``orthogonal_`` on the whole (H, d, s) tensor makes the H flattened head blocks orthonormal
   rows: each head's block has Frobenius norm 1, entries about 1/sqrt(d s). Here, by default
-  (model.primal_init = "per-head"), each head's (d, s) block has orthonormal columns, Frobenius
-  norm sqrt(s): e(x), r(x) and the trace term of J start sqrt(s) times larger (8 at s = 64).
-  model.primal_init = "public" reproduces the public code's initialisation.
+  (init = "per-head", of [model.attention_settings.primal]), each head's (d, s) block has
+  orthonormal columns, Frobenius norm sqrt(s): e(x), r(x) and the trace term of J start sqrt(s)
+  times larger (8 at s = 64). init = "public" reproduces the public code's initialisation.
 - The paper writes the energies with Lambda (e^T Lambda e); the public code and K1 square it
   (||Lambda * e||^2), which keeps them non-negative whatever Lambda's sign.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -64,6 +65,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from primal_dt.common.config import ModelConfig
+from primal_dt.common.errors import did_you_mean
 from primal_dt.method.dropout import Dropout, dropout
 from primal_dt.method.layer import AttentionLayer, ProjectedAttention, check_arguments, split_heads
 
@@ -196,6 +198,28 @@ class MaskedEnergy(torch.autograd.Function):
         return grad_x, grad_weights, None
 
 
+PRIMAL_INITS = ("per-head", "public")  # how We and Wr start (PrimalSettings.init)
+
+
+@dataclass(frozen=True)
+class PrimalSettings:
+    """Primal-Attention's own settings, [model.attention_settings.primal]."""
+
+    rank: int = 32  #: s, the rank of each Primal head (We and Wr are d x s)
+    #: How We and Wr start: "per-head" (each head's (d, s) block orthonormal columns) or "public"
+    #: (the public code's ``orthogonal_`` on the whole (H, d, s) tensor; the method page says more).
+    init: str = "per-head"
+
+    def check(self) -> None:
+        if self.rank <= 0:
+            raise ValueError(f"rank must be > 0, got {self.rank}")
+        if self.init not in PRIMAL_INITS:
+            raise ValueError(
+                f"init must be one of {', '.join(PRIMAL_INITS)}, got {self.init!r}"
+                + did_you_mean(self.init, PRIMAL_INITS)
+            )
+
+
 class PrimalAttention(AttentionLayer):
     """Masked (causal) Primal-Attention with its KSVD loss, steps P1-P6 and K1-K2 of the module
     docstring.
@@ -221,7 +245,7 @@ class PrimalAttention(AttentionLayer):
             columns (Frobenius norm sqrt(s)). "public": ``nn.init.orthogonal_`` on the whole
             (H, d, s) tensor, as the authors' public code does (the H flattened blocks
             orthonormal rows, each of Frobenius norm 1). The paper's configuration,
-            configs/primal-dt.toml, uses "public" (model.primal_init); this class and
+            configs/primal-dt.toml, uses "public" (PrimalSettings.init); this class and
             ModelConfig default to "per-head".
 
     Raises:
@@ -229,13 +253,19 @@ class PrimalAttention(AttentionLayer):
     """
 
     label = "Primal"
+    settings_class = PrimalSettings
     reads_every_token = True  # J counts every real token, the last action token included
 
     def __init__(
         self, embed_dim: int, n_head: int, rank: int, dropout: float, init: str = "per-head"
     ) -> None:
         super().__init__()
-        check_arguments(type(self).__name__, embed_dim, n_head, dropout, rank, init)
+        check_arguments(type(self).__name__, embed_dim, n_head, dropout, rank)
+        if init not in PRIMAL_INITS:
+            raise ValueError(
+                f"{type(self).__name__}: init must be one of {', '.join(PRIMAL_INITS)}, got "
+                f"{init!r}{did_you_mean(init, PRIMAL_INITS)}"
+            )
         head_dim = embed_dim // n_head
         self.n_head = n_head
         self.query = nn.Linear(embed_dim, embed_dim)
@@ -254,11 +284,9 @@ class PrimalAttention(AttentionLayer):
         self.resid_dropout = Dropout(dropout)
 
     @classmethod
-    def from_config(cls, config: ModelConfig) -> PrimalAttention:
-        return cls(
-            config.embed_dim, config.n_head, config.primal_rank, config.dropout,
-            config.primal_init,
-        )  # fmt: skip
+    def from_config(cls, config: ModelConfig, settings: Any = None) -> PrimalAttention:
+        primal = settings or PrimalSettings()
+        return cls(config.embed_dim, config.n_head, primal.rank, config.dropout, primal.init)
 
     def scores(self, x: Tensor, mask: Tensor, rows: slice | None = None) -> Tensor:
         """e and r of steps P1-P4, stacked: (B, L, H, 2, s), [..., 0, :] = e, [..., 1, :] = r

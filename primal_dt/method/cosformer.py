@@ -20,6 +20,7 @@ positive, and a longer input is refused. Positions count from 1, as there.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -46,7 +47,7 @@ class CosformerAttention(ProjectedAttention):
         self.max_length = max_length
 
     @classmethod
-    def from_config(cls, config: ModelConfig) -> CosformerAttention:
+    def from_config(cls, config: ModelConfig, settings: Any = None) -> CosformerAttention:
         return cls(config.embed_dim, config.n_head, config.dropout, 3 * config.context_len)
 
     def forward(

@@ -5,15 +5,17 @@ token real), and returns its output and its auxiliary loss. Each layer guarantee
 tests/test_attention.py checks:
 
 - causality: a real token's output depends only on real tokens at or before it;
-- padding exactness: no real output changes when a padded token changes;
+- padding exactness: no real output changes when a padded token changes, whatever it holds (NaN
+  and Inf included: padded tokens enter every kind as zeros); padded outputs are zeros, and a row
+  of padding alone has a zero auxiliary loss;
 - rows: given a slice of positions, the outputs there alone (B, R, D), equal to the full output
   sliced (the last block asks for the state tokens in training and for the last token in acting);
 - objective=False skips the auxiliary loss, the case in acting.
 
 Its arguments are checked once, here, for every kind: when it is built (check_arguments, which each
 kind's constructor calls) and at every forward (check_inputs, which AttentionLayer wraps around each
-subclass's forward, and which fills in a missing mask), so that a wrong shape is a ValueError naming
-the expected one rather than a reshape error deep inside the layer.
+subclass's forward, and which fills in a missing mask), so that a wrong shape, an integer dtype or
+an empty input is a ValueError naming what is expected rather than an error deep inside the layer.
 
 The auxiliary loss is a per-sequence term (B,) whose batch mean the model averages over the blocks
 that have one and adds, weighted by train.ksvd_weight, to the action loss; None for a layer without
@@ -27,29 +29,23 @@ training step: a resumed run and an uninterrupted one draw the same.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from primal_dt.common.config import PRIMAL_INITS, ModelConfig
-from primal_dt.common.errors import did_you_mean
+from primal_dt.common.config import ModelConfig
 from primal_dt.method.dropout import Dropout
 
 Forward = Callable[..., tuple[Tensor, Tensor | None]]
 
 
 def check_arguments(
-    layer: str,
-    embed_dim: int,
-    n_head: int,
-    dropout_p: float,
-    rank: int | None = None,
-    init: str | None = None,
+    layer: str, embed_dim: int, n_head: int, dropout_p: float, rank: int | None = None
 ) -> None:
     """A layer's own check of its arguments, when it is built (whoever builds it): a ValueError
-    saying which argument is wrong, instead of a reshape error at the first forward. rank and
-    init are the Primal layer's; None for a layer without them."""
+    saying which argument is wrong, instead of a reshape error at the first forward. rank is the
+    Primal layer's; None for a layer without one."""
     if embed_dim <= 0 or n_head <= 0 or (rank is not None and rank <= 0):
         shown = f"{embed_dim}, {n_head}" + ("" if rank is None else f", {rank}")
         names = "embed_dim and n_head" if rank is None else "embed_dim, n_head and rank"
@@ -61,20 +57,23 @@ def check_arguments(
         )
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"{layer}: dropout must be in [0, 1), got {dropout_p}")
-    if init is not None and init not in PRIMAL_INITS:
-        raise ValueError(
-            f"{layer}: init must be one of {', '.join(PRIMAL_INITS)}, got {init!r}"
-            + did_you_mean(init, PRIMAL_INITS)
-        )
 
 
 def check_inputs(layer: str, embed_dim: int, x: Tensor, mask: Tensor | None) -> Tensor:
     """A layer's check of its forward's inputs, the counterpart of check_arguments: a ValueError
-    naming the expected shape where x is not (B, L, embed_dim) or mask not (B, L). Returns the
-    mask, or where it is None one of all real tokens (True, (B, L), on x's device)."""
+    naming what is expected where x is not floating-point, not (B, L, embed_dim), holds no token,
+    or mask is not (B, L). Returns the mask, or where it is None one of all real tokens (True,
+    (B, L), on x's device)."""
+    if not x.is_floating_point():
+        raise ValueError(f"{layer} expects floating-point x, got {x.dtype}")
     if x.dim() != 3 or x.shape[-1] != embed_dim:
         raise ValueError(
             f"{layer} expects x of shape (batch, length, {embed_dim}), got {tuple(x.shape)}"
+        )
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(
+            f"{layer} expects at least one sequence of at least one token, got x of shape "
+            f"{tuple(x.shape)}"
         )
     if mask is None:
         return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
@@ -96,8 +95,19 @@ def _checked(forward: Forward) -> Forward:
         rows: slice | None = None,
         objective: bool = True,
     ) -> tuple[Tensor, Tensor | None]:
+        given = mask is not None
         mask = check_inputs(type(self).__name__, self.embed_dim, x, mask)
-        return forward(self, x, mask, rows, objective)
+        if not given:
+            return forward(self, x, mask, rows, objective)
+        real = mask.bool()
+        # Padded tokens enter as zeros, whatever they hold: a NaN or Inf there would otherwise
+        # reach real outputs through products with exact zeros (0 * inf is NaN).
+        y, aux = forward(self, x.masked_fill(~real[..., None], 0.0), real, rows, objective)
+        # Padded outputs are zeros, so a row of padding alone gives zeros and no auxiliary loss.
+        y = y.masked_fill(~(real if rows is None else real[:, rows])[..., None], 0.0)
+        if aux is not None:
+            aux = aux.masked_fill(~real.any(dim=1), 0.0)
+        return y, aux
 
     # The subclass's name and docstring, and this signature (mask optional), for help() and autodoc.
     for name in ("__module__", "__name__", "__qualname__", "__doc__"):
@@ -106,8 +116,9 @@ def _checked(forward: Forward) -> Forward:
 
 
 class AttentionLayer(nn.Module):
-    """The base of every attention kind: subclasses set ``label``, implement ``from_config`` and
-    ``forward``, and (where they draw random state) ``redraw``.
+    """The base of every attention kind: subclasses set ``label`` (and ``settings_class`` where
+    the kind has settings of its own), implement ``from_config`` and ``forward``, and (where they
+    draw random state) ``redraw``.
 
     Each subclass's forward is wrapped, when the class is created, so that it receives a checked x
     and a mask that is never None (check_inputs): the checks are written once, here, for every
@@ -115,6 +126,11 @@ class AttentionLayer(nn.Module):
     """
 
     label: ClassVar[str] = ""  # how reports, spectra and TensorBoard name the kind
+    # The kind's own settings, [model.attention_settings.<kind>]: a dataclass whose fields have
+    # defaults and `#:` comments (the configuration reference shows them), with a check() that
+    # raises ValueError("<field> must ..."); None for a kind without settings. The registry fills
+    # it from the config (registry.kind_settings) and hands it to from_config.
+    settings_class: ClassVar[type[Any] | None] = None
     # Whether the auxiliary loss reads every token: the model then keeps the last action token
     # up to this block (model.py), since its loss counts it.
     reads_every_token: ClassVar[bool] = False
@@ -137,8 +153,9 @@ class AttentionLayer(nn.Module):
         return proj.out_features
 
     @classmethod
-    def from_config(cls, config: ModelConfig) -> AttentionLayer:
-        """The layer of this kind for a block of the model that config describes."""
+    def from_config(cls, config: ModelConfig, settings: Any = None) -> AttentionLayer:
+        """The layer of this kind for a block of the model that config describes, with the kind's
+        settings (an instance of settings_class, checked; None for a kind without settings)."""
         raise NotImplementedError
 
     def forward(
@@ -200,7 +217,7 @@ class ProjectedAttention(AttentionLayer):
         self.resid_dropout = Dropout(dropout)
 
     @classmethod
-    def from_config(cls, config: ModelConfig) -> AttentionLayer:
+    def from_config(cls, config: ModelConfig, settings: Any = None) -> AttentionLayer:
         return cls(config.embed_dim, config.n_head, config.dropout)
 
     def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:

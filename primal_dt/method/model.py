@@ -1,6 +1,6 @@
 """The Decision Transformer (Chen et al. 2021), each block's attention of the kind its config names
-(model.attention and model.primal_blocks; method/registry.py): softmax, Primal-Attention, or an
-efficient attention of the Primal paper's comparison.
+(model.attention, each kind with its model.attention_settings; method/registry.py): softmax,
+Primal-Attention, or an efficient attention of the Primal paper's comparison.
 
 Each timestep contributes three tokens, (return-to-go, state, action), each a linear embedding plus
 a learned timestep embedding; the 3K tokens pass an embedding LayerNorm and N pre-LayerNorm blocks,
@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from primal_dt.common.config import ModelConfig
 from primal_dt.method.dropout import Dropout
 from primal_dt.method.layer import AttentionLayer
-from primal_dt.method.registry import build_attention
+from primal_dt.method.registry import build_attention, check_kinds
 
 STATE_TOKENS = slice(1, None, 3)  # s_t sits at 3t + 1 in (R_1, s_1, a_1, R_2, ...)
 LAST_TOKEN = slice(-1, None)
@@ -90,6 +90,7 @@ class DecisionTransformer(nn.Module):
         self.embed_action = nn.Linear(act_dim, dim)
         self.embed_ln = nn.LayerNorm(dim)
         self.drop = Dropout(config.dropout)
+        check_kinds(config)  # every kind and setting, before any block is built
         blocks = [Block(config, kind) for kind in config.block_kinds()]
         self.blocks = nn.ModuleList(blocks)
         readers = [i for i, block in enumerate(blocks) if block.attn.reads_every_token]

@@ -3,7 +3,7 @@
 
   R1. q, k, v = x Wq, x Wk, x Wv (with biases), H heads of size d; x' = x d^(-1/4) for q and k,
       so that E[phi(q') . phi(k')] = exp(q . k / sqrt(d)), the softmax kernel.
-  R2. phi(x') = exp(W x' - ||x'||^2 / 2) / sqrt(m) with W (m, d), m = model.performer_features:
+  R2. phi(x') = exp(W x' - ||x'||^2 / 2) / sqrt(m) with W (m, d), m = features (its setting):
       blocks of d orthonormal rows (QR of a Gaussian matrix), each row scaled by the norm of an
       independent Gaussian d-vector (the paper's orthogonal random features, ortho_scaling 0).
       One W for all heads of a layer.
@@ -14,7 +14,7 @@
       cancels in o_i); a key's by exp(s_j), s_j its largest exponent, and put back as the weight
       exp(s_j) that causal_linear.py's weighted sums carry relative to the running maximum of
       s over the prefix. Both change no value of o_i; the exponents and features are float32.
-  R5. W is redrawn every model.performer_redraw training steps (0: never), from the layer's seed
+  R5. W is redrawn every `redraw` training steps (its setting; 0: never), from the layer's seed
       and the step; evaluation uses the W of the checkpoint.
 
 Where it departs from the public code (google-research performer/fast_attention,
@@ -29,6 +29,8 @@ from the step, is performer-pytorch's default interval (feature_redraw_interval)
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -58,10 +60,25 @@ def exponents(x: Tensor, features: Tensor) -> Tensor:
         return scaled @ features.to(dtype).T - 0.5 * scaled.square().sum(dim=-1, keepdim=True)
 
 
+@dataclass(frozen=True)
+class PerformerSettings:
+    """Performer's own settings, [model.attention_settings.performer]."""
+
+    features: int = 256  #: m, random features per head (google-research's default)
+    redraw: int = 1000  #: training steps between redraws of the features; 0: never
+
+    def check(self) -> None:
+        if self.features <= 0:
+            raise ValueError(f"features must be > 0, got {self.features}")
+        if self.redraw < 0:
+            raise ValueError(f"redraw must be >= 0, got {self.redraw}")
+
+
 class PerformerAttention(ProjectedAttention, Redrawn):
     """Causal FAVOR+ attention, steps R1-R5 of the module docstring."""
 
     label = "Performer"
+    settings_class = PerformerSettings
     features: Tensor  # W (m, d), a buffer
 
     def __init__(
@@ -79,11 +96,9 @@ class PerformerAttention(ProjectedAttention, Redrawn):
         self.register_buffer("features", self._draw(0, head_dim))
 
     @classmethod
-    def from_config(cls, config: ModelConfig) -> PerformerAttention:
-        return cls(
-            config.embed_dim, config.n_head, config.dropout, config.performer_features,
-            config.performer_redraw,
-        )  # fmt: skip
+    def from_config(cls, config: ModelConfig, settings: Any = None) -> PerformerAttention:
+        own = settings or PerformerSettings()
+        return cls(config.embed_dim, config.n_head, config.dropout, own.features, own.redraw)
 
     def _draw(self, step: int, head_dim: int) -> Tensor:
         return orthogonal_features(self.num_features, head_dim, step_generator(self.seed, step))

@@ -2,11 +2,11 @@
 (ICLR 2020, arXiv 2001.04451), with chunks whose membership depends on earlier tokens alone.
 
   H1. Shared query-key: q = x Wqk (with bias), keys k_j = q_j / ||q_j||; v = x Wv; H heads of d.
-  H2. n_r = model.reformer_hashes hash rounds; in round r, h_r(i) = argmax [q_i R_r ; -q_i R_r]
-      with R_r (d, b/2) Gaussian per head, b = model.reformer_buckets; padded tokens get a bucket
+  H2. n_r = hashes (a setting) hash rounds; in round r, h_r(i) = argmax [q_i R_r ; -q_i R_r]
+      with R_r (d, b/2) Gaussian per head, b = buckets (a setting); padded tokens get a bucket
       of their own (b), so they never share one with a real token.
   H3. Query i's candidates in round r: the c most recent real tokens j < i with h_r(j) = h_r(i)
-      (c = model.reformer_chunk), and i itself with the score -1e5, so that it counts only where
+      (c = chunk, a setting), and i itself with the score -1e5, so that it counts only where
       there is no other (trax's value).
   H4. Per round, softmax over the candidates of q_i . k_j / sqrt(d) (dropout on the
       probabilities), o_i^r and its log-sum-exp l_i^r; the rounds combine as
@@ -32,6 +32,9 @@ to the last, and padding takes its own bucket (trax's choice; reformer-pytorch h
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -67,10 +70,30 @@ def look_one_back(t: Tensor, fill: float | int) -> Tensor:
     return torch.cat((previous, t), dim=-2)
 
 
+@dataclass(frozen=True)
+class ReformerSettings:
+    """Reformer's own settings, [model.attention_settings.reformer]."""
+
+    buckets: int = 8  #: b, hash buckets per round (even: a hash is an argmax over [xR; -xR])
+    chunk: int = 16  #: c, the earlier same-bucket tokens a query may see per round
+    hashes: int = 4  #: n_r, hash rounds
+
+    def check(self) -> None:
+        if self.buckets < 2 or self.buckets % 2:
+            raise ValueError(
+                f"buckets must be even and at least 2 (a hash is an argmax over [xR; -xR]), "
+                f"got {self.buckets}"
+            )
+        for name in ("chunk", "hashes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
 class ReformerAttention(Redrawn):
     """Causal LSH attention, steps H1-H6 of the module docstring."""
 
     label = "Reformer"
+    settings_class = ReformerSettings
     rotations: Tensor  # (n_r, H, d, b/2), a buffer
 
     def __init__(
@@ -94,11 +117,11 @@ class ReformerAttention(Redrawn):
         self.register_buffer("rotations", self._draw(0))
 
     @classmethod
-    def from_config(cls, config: ModelConfig) -> ReformerAttention:
+    def from_config(cls, config: ModelConfig, settings: Any = None) -> ReformerAttention:
+        own = settings or ReformerSettings()
         return cls(
-            config.embed_dim, config.n_head, config.dropout, config.reformer_buckets,
-            config.reformer_chunk, config.reformer_hashes,
-        )  # fmt: skip
+            config.embed_dim, config.n_head, config.dropout, own.buckets, own.chunk, own.hashes
+        )
 
     def _draw(self, step: int) -> Tensor:
         return torch.randn(self.shape, generator=step_generator(self.seed, step))

@@ -1,12 +1,17 @@
 """The attention kinds by name: a block's `model.attention` names one of these.
 
-Adding an attention takes one class in this folder (an AttentionLayer: layer.py), one line here,
-and a config in configs/ that names it.
+Adding an attention takes one class in this folder (an AttentionLayer: layer.py), one `register`
+line here, its float64 reference in tests/test_efficient_attention.py (a test fails for a kind
+without one), and a config in configs/ that names it (docs/development.md, "Adding an attention").
 """
 
 from __future__ import annotations
 
-from primal_dt.common.config import ModelConfig
+import dataclasses
+import typing
+from typing import Any
+
+from primal_dt.common.config import ModelConfig, check_type
 from primal_dt.common.errors import ConfigError, did_you_mean
 from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
 from primal_dt.method.cosformer import CosformerAttention
@@ -17,15 +22,32 @@ from primal_dt.method.performer import PerformerAttention
 from primal_dt.method.reformer import ReformerAttention
 
 #: Every attention kind by the name that ``model.attention`` gives it, to its AttentionLayer class.
-ATTENTIONS: dict[str, type[AttentionLayer]] = {
-    "softmax": CausalSelfAttention,
-    "primal": PrimalAttention,
-    "linear": LinearAttention,
-    "reformer": ReformerAttention,
-    "performer": PerformerAttention,
-    "cosformer": CosformerAttention,
-    "flowformer": FlowAttention,
-}
+ATTENTIONS: dict[str, type[AttentionLayer]] = {}
+
+
+def register(kind: str, cls: type[AttentionLayer]) -> None:
+    """Add a kind under its name; a ValueError where the name, the class or its label (how
+    reports name it) is taken already, so that no kind silently replaces another."""
+    if not issubclass(cls, AttentionLayer) or not cls.label:
+        raise ValueError(
+            f"attention {kind!r}: {cls.__name__} must be an AttentionLayer with a label"
+        )
+    for taken, other in ATTENTIONS.items():
+        if kind == taken or cls is other or cls.label == other.label:
+            raise ValueError(
+                f"attention {kind!r} ({cls.__name__}, label {cls.label!r}) clashes with the "
+                f"registered {taken!r} ({other.__name__}, label {other.label!r})"
+            )
+    ATTENTIONS[kind] = cls
+
+
+register("softmax", CausalSelfAttention)
+register("primal", PrimalAttention)
+register("linear", LinearAttention)
+register("reformer", ReformerAttention)
+register("performer", PerformerAttention)
+register("cosformer", CosformerAttention)
+register("flowformer", FlowAttention)
 
 
 def attention_class(kind: str) -> type[AttentionLayer]:
@@ -39,15 +61,62 @@ def attention_class(kind: str) -> type[AttentionLayer]:
 
 
 def check_kinds(config: ModelConfig) -> None:
-    """Every block's kind is known (a ConfigError otherwise), before anything is built."""
-    for kind in config.block_kinds():
+    """Every block's kind is known, every settings table names a kind that a block uses, and each
+    used kind's settings are its own, of their types and in range: a ConfigError naming the key
+    otherwise, before anything is built."""
+    kinds = config.block_kinds()
+    for kind in kinds:
         attention_class(kind)
+    for kind in config.attention_settings:
+        key = f"model.attention_settings.{kind}"
+        if kind not in ATTENTIONS:
+            raise ConfigError(
+                f"{key}: unknown attention {kind!r}{did_you_mean(kind, ATTENTIONS)}; one of "
+                f"{', '.join(ATTENTIONS)}"
+            )
+        if kind not in kinds:
+            raise ConfigError(
+                f"{key}: no block uses {kind} (model.attention = {config.attention!r}), so its "
+                f"settings would be ignored; remove them or give a block that kind"
+            )
+    for kind in dict.fromkeys(kinds):
+        kind_settings(kind, config)
+
+
+def kind_settings(kind: str, config: ModelConfig) -> Any:
+    """A kind's settings: its settings class (the kind's `settings_class`) filled from
+    model.attention_settings.<kind>, the rest defaults, checked; None for a kind without
+    settings. The one reader of those tables: a ConfigError names the key that is wrong."""
+    cls = attention_class(kind)
+    given = config.settings_of(kind)
+    key = f"model.attention_settings.{kind}"
+    if cls.settings_class is None:
+        if given:
+            raise ConfigError(f"{key}: {kind} has no settings, got {', '.join(given)}")
+        return None
+    fields = {item.name: item for item in dataclasses.fields(cls.settings_class)}
+    hints = typing.get_type_hints(cls.settings_class)
+    values = {}
+    for name, value in given.items():
+        if name not in fields:
+            raise ConfigError(
+                f"unknown setting {key}.{name}{did_you_mean(name, fields)}; {kind}'s settings: "
+                f"{', '.join(fields)}"
+            )
+        values[name] = check_type(value, hints[name], f"{key}.{name}")
+    settings = cls.settings_class(**values)
+    try:
+        settings.check()
+    except ValueError as err:
+        raise ConfigError(f"{key}.{err}") from None
+    return settings
 
 
 def build_attention(kind: str, config: ModelConfig) -> AttentionLayer:
     """A layer of the named kind, sized and set up by a model config (its width, heads, dropout
-    and the kind's own keys); a ConfigError for an unknown kind."""
-    return attention_class(kind).from_config(config)
+    and the kind's own settings, kind_settings); a ConfigError for an unknown kind or a bad
+    setting."""
+    return attention_class(kind).from_config(config, kind_settings(kind, config))
 
 
 def attention_label(kind: str) -> str:

@@ -5,8 +5,10 @@ in another.
 A custom-scalars chart selects tags by regular expression but always draws every run, so charts
 per task need tags that name the task. When a run finishes, its `eval/<target>/normalized_return`
 and `train/ksvd_loss` are copied into its own directory as `by_task/<task>/...` (an extra event
-file, rewritten on each copy); the layout, written into RUNS_DIR itself, has one category per task
-that selects those. `tensorboard --logdir RUNS_DIR` then shows DT against Primal-DT per task.
+file, rewritten on each copy); each run's own layout (written when it starts) has, beside its own
+charts, a category for its task that selects those, and TensorBoard merges the categories of the
+same title over runs. `tensorboard --logdir RUNS_DIR` then shows DT against Primal-DT per task,
+with nothing written into RUNS_DIR itself (an event file there is a run named ".").
 A run's settings go to the HPARAMS tab (write_hparams).
 """
 
@@ -34,16 +36,18 @@ def _escape(task: str) -> str:
     return re.sub(r"([^A-Za-z0-9_-])", r"\\\1", task)
 
 
-def run_layout() -> dict[str, dict[str, list]]:
+def run_layout(task: str) -> dict[str, dict[str, list]]:
     """A single run's layout (the trainer writes it into the run): the action and KSVD losses in
-    one chart, and the returns, normalised returns and episode lengths of every target."""
+    one chart, and the returns, normalised returns and episode lengths of every target; and its
+    task's category, which TensorBoard merges with the other runs' of that task."""
     return {
+        **layout([task]),
         "primal-dt run": {
             "action and KSVD losses": ["Multiline", [r"^train/(action|ksvd)_loss$"]],
             "normalised return per target": ["Multiline", [r"^eval/[^/]+/normalized_return$"]],
             "return per target": ["Multiline", [r"^eval/[^/]+/return$"]],
             "episode length per target": ["Multiline", [r"^eval/[^/]+/episode_length$"]],
-        }
+        },
     }
 
 
@@ -62,14 +66,10 @@ def layout(tasks: Iterable[str]) -> dict[str, dict[str, list]]:
     return charts
 
 
-def write_layout(runs_dir: Path, tasks: Iterable[str]) -> None:
-    """Replace RUNS_DIR's custom-scalars layout with one for these tasks."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    runs_dir.mkdir(parents=True, exist_ok=True)
+def remove_root_layout(runs_dir: Path) -> None:
+    """Remove the layout file that earlier versions of primal-dt wrote into RUNS_DIR itself, which
+    TensorBoard lists as a run named "." (each run now carries its task's category)."""
     _remove(runs_dir, LAYOUT_SUFFIX)
-    with SummaryWriter(str(runs_dir), filename_suffix=LAYOUT_SUFFIX) as writer:
-        writer.add_custom_scalars(layout(tasks))
 
 
 def read_scalars(folder: Path) -> dict[str, list[tuple[int, float, float]]]:

@@ -102,6 +102,8 @@ def damaged_parts(payload: dict[str, Any]) -> list[str] | None:
 
 
 def describe(parts: list[str]) -> str:
-    """'the weights and the optimizer state', for the parts that failed."""
+    """'the weights and the optimizer state no longer match', for the parts that failed."""
     words = list(dict.fromkeys(PARTS.get(part, f"'{part}'") for part in parts))
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    if len(words) == 1:
+        return f"{words[0]} no longer matches"
+    return ", ".join(words[:-1]) + " and " + words[-1] + " no longer match"

@@ -37,8 +37,8 @@ class TargetSummary:
 class EvalRecord:
     """One evaluation of one checkpoint, or (error set) why it could not be evaluated.
 
-    score is the best target's normalised score, or its return where no reference scores are
-    known; best says that this evaluation made the run's best.pt.
+    score is the evaluation's one score, target_score: the normalised return at its first
+    target; best says that this evaluation made the run's best.pt (the best score so far).
     """
 
     step: int
@@ -79,6 +79,19 @@ class EvalRecord:
             "reference": ReferenceScores(**reference) if reference else None,
             "results": [TargetSummary(**s) for s in data["results"]],
         })  # fmt: skip
+
+
+def target_score(record: EvalRecord) -> float | None:
+    """An evaluation's one score, wherever a score is printed, plotted, logged or compared (the
+    report, the sweep, TensorBoard, best.pt): the normalised return at its first target (the run's
+    eval.targets[0], else envs/<env>.toml eval_targets[0], the Decision Transformer paper's target
+    for the task), or the return there where no reference scores are known. Never the best of the
+    targets, which would pick the target after seeing the scores. Records written before the
+    score was defined so are read by this definition too."""
+    if not record.results:
+        return record.score
+    first = record.results[0]
+    return first.return_mean if first.normalized_mean is None else first.normalized_mean
 
 
 def read_results(run: RunDir) -> list[EvalRecord]:

@@ -523,7 +523,7 @@ def read_snapshot(path: str | Path, map_location: str | torch.device = "cpu") ->
     damaged = damaged_parts(payload)
     if damaged:
         raise CheckpointError(
-            f"{path} fails its integrity check: {describe(damaged)} no longer match the digest "
+            f"{path} fails its integrity check: {describe(damaged)} the digest "
             f"written with them (the file was damaged or changed after primal-dt wrote it), so "
             f"nothing is loaded from it; {other_checkpoints(path)}"
         )

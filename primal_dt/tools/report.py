@@ -23,7 +23,7 @@ import numpy as np
 
 from primal_dt.evaluation.conditioning import curve_points
 from primal_dt.method.registry import attention_label
-from primal_dt.store.dashboards import copy_run, write_layout
+from primal_dt.store.dashboards import copy_run, remove_root_layout
 from primal_dt.store.rundir import safe_name
 from primal_dt.tools.paper import PaperScores, paper_scores
 from primal_dt.tools.runs import (
@@ -446,32 +446,33 @@ def spectrum_table(summaries: list[RunSummary]) -> str:
 
 
 def spectrum_sentences(summaries: list[RunSummary]) -> list[str]:
-    """The sentences the rank_90 table allows (compare_ranks): first the matched ones, a Primal
-    block against the same block of a config of the same task where it is softmax (the study's
-    one change); then, within a config, its Primal block against each of its softmax blocks."""
+    """The sentences the rank_90 table allows (compare_ranks), for every attention kind a study
+    holds against softmax: first the matched ones, a block of another kind against the same
+    block of a config of the same task where it is softmax (the study's one change); then,
+    within a config, each block of another kind against each of its softmax blocks."""
     ranks = _ranks(summaries)
     sentences = []
-    for (task, config, block), (kind, primal_ranks, _) in ranks.items():
+    for (task, config, block), (kind, kind_ranks, _) in ranks.items():
         for (t, other, b), (other_kind, softmax_ranks, _) in ranks.items():
-            if kind == "primal" and other_kind == "softmax" and (t, b) == (task, block):
+            if kind != "softmax" and other_kind == "softmax" and (t, b) == (task, block):
                 sentences.append(
                     compare_ranks(
                         f"{task}, block {block}",
-                        _block(f"{config} (Primal)", primal_ranks),
+                        _block(f"{config} ({attention_label(kind)})", kind_ranks),
                         _block(f"{other} (softmax)", softmax_ranks),
                     )
                 )
     for task, config in unique([(task, config) for task, config, _ in ranks]):
         blocks = {b: v for (t, c, b), v in ranks.items() if (t, c) == (task, config)}
-        primal = [b for b, (kind, _, _) in blocks.items() if kind == "primal"]
+        others = [b for b, (kind, _, _) in blocks.items() if kind != "softmax"]
         softmax = [b for b, (kind, _, _) in blocks.items() if kind == "softmax"]
         sentences += [
             compare_ranks(
                 f"{task} ({config})",
-                _block(f"Primal block {p}", blocks[p][1]),
+                _block(f"{attention_label(blocks[o][0])} block {o}", blocks[o][1]),
                 _block(f"softmax block {s}", blocks[s][1]),
             )
-            for p in primal
+            for o in others
             for s in softmax
         ]
     return sentences
@@ -628,12 +629,13 @@ def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Pat
             "run of a task; see primal_dt/evaluation/spectrum.py), from each run's last "
             "checkpoint: rank_90, the fewer singular values hold 90% of the sum, the lower the "
             "rank. A block is said to have the lower rank_90 only where the difference of the "
-            "means exceeds the sum of the stds over seeds. The sentences compare first the same "
-            "block of two configs of a task (where one has Primal and the other softmax), then "
-            "a Primal block with the softmax blocks of its own model.",
+            "means exceeds the sum of the stds over seeds. The sentences compare every other "
+            "attention with softmax: first the same block of two configs of a task (where one "
+            "has softmax there), then a block of another kind with the softmax blocks of its own "
+            "model.",
             spectrum_table(counted_once),
             "\n".join(f"- {s}" for s in spectrum)
-            or "No run has both a Primal and a softmax block.",
+            or "No study here has a softmax block beside a block of another kind.",
             paper_table(paper_scores(), [row.task for row in rows if row.task != "average"]),
             "## Figures\n\n" + "\n".join(images),
             "## Notes\n\n" + ("\n".join(_notes(counted_once, rows, same)) or "none"),
@@ -641,7 +643,7 @@ def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Pat
     )
     (out / "report.md").write_text(text + "\n")
     written.insert(0, out / "report.md")
-    write_layout(runs_dir, [summary.task for summary in found])
+    remove_root_layout(runs_dir)
     for summary in found:
         copy_run(summary.path, summary.task)
     return table, written

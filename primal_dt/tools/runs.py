@@ -21,7 +21,7 @@ from primal_dt.data.sources import find_dataset
 from primal_dt.data.tasks import Task
 from primal_dt.evaluation.conditioning import read_curve
 from primal_dt.store.dashboards import read_scalars
-from primal_dt.store.results import EvalRecord, read_results
+from primal_dt.store.results import EvalRecord, read_results, target_score
 from primal_dt.store.rundir import RunDir, find_runs, read_run_config, read_snapshot, run_dir_name
 
 
@@ -41,7 +41,7 @@ class RunSummary:
     block_kinds: list[str]  # each block's attention (method/registry.py)
     parameters: int | None = None  # the model's trainable parameters (from its checkpoint)
     step: int | None = None  # its checkpoint's
-    final: float | None = None  # the final evaluation's score (first_target_score)
+    final: float | None = None  # the final evaluation's score (target_score)
     best: float | None = None  # the best score of any evaluation, the final one included
     target: float | None = None  # the target return its scores are at: its first
     evaluations_during_training: int = 0  # evaluations other than the final one
@@ -58,17 +58,6 @@ class RunSummary:
     @property
     def name(self) -> str:
         return str(run_dir_name(self.task, self.config, self.seed))
-
-
-def first_target_score(record: EvalRecord) -> float | None:
-    """An evaluation's score: the normalised return at its first target (the run's eval.targets[0],
-    else envs/<env>.toml eval_targets[0], the Decision Transformer paper's target for the task),
-    or the return there where no reference scores are known. Never the best of the targets: that
-    would pick the target after seeing the scores."""
-    if not record.results:
-        return record.score
-    first = record.results[0]
-    return first.return_mean if first.normalized_mean is None else first.normalized_mean
 
 
 def read_run(path: Path, spectra: bool = True) -> RunSummary:
@@ -88,12 +77,12 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
     for record in records:
         if record.error is not None:
             summary.notes.append(f"evaluation at step {record.step} failed: {record.error}")
-    scored = [(r, first_target_score(r)) for r in good]
+    scored = [(r, target_score(r)) for r in good]
     summary.scores = [(r.step, score) for r, score in scored if score is not None]
     summary.evaluations_during_training = sum(1 for r in good if not r.final)
     finals = [r for r in good if r.final]
     if finals:
-        summary.final = first_target_score(finals[-1])
+        summary.final = target_score(finals[-1])
     else:
         summary.notes.append("no final evaluation")
     summary.best = max((score for _, score in summary.scores), default=None)

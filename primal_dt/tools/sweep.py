@@ -43,8 +43,9 @@ from primal_dt.common.cpu import usable_cores
 from primal_dt.common.errors import PrimalDTError, first_line
 from primal_dt.common.signals import sigterm_interrupts
 from primal_dt.data.tasks import resolve_task
-from primal_dt.store.results import final_missing, read_results
-from primal_dt.store.rundir import RunDir, find_runs, lock_file, read_snapshot, run_dir_name
+from primal_dt.method.registry import check_kinds
+from primal_dt.store.results import final_missing, read_results, target_score
+from primal_dt.store.rundir import RunDir, lock_file, read_snapshot, run_dir_name
 
 # Settings that change how a run is executed, not what it computes: a sweep may differ in these
 # from the runs it finds (e.g. resumed on another device, or asked to go to more steps).
@@ -102,6 +103,9 @@ class SweepOptions:
         for name in ("tasks", "seeds", "configs"):
             if not getattr(self, name):
                 raise SweepError(f"--{name} is empty; give a comma-separated list")
+        bad = [seed for seed in self.seeds if not 0 <= seed < 2**32]  # train.seed's range
+        if bad:
+            raise SweepError(f"--seeds must be in 0..{2**32 - 1}, got {bad[0]}")
         if self.parallel < 1:
             raise SweepError(f"--parallel must be >= 1, got {self.parallel}")
         if (self.gpus_per_run or 0) < 0 or self.cpus_per_run < 1:
@@ -206,6 +210,7 @@ def plan(options: SweepOptions) -> list[GridCell]:
                     final_episodes=options.final_episodes, offline=options.offline,
                 )]  # fmt: skip
                 config = load_config(path, overrides, task)
+                check_kinds(config.model)  # kinds and their settings, before anything starts
                 run_dir = RunDir(options.runs_dir.resolve() / run_dir_name(task, name, seed))
                 steps, device = config.train.steps, config.train.device
                 cell = GridCell(task, name, arg, seed, run_dir, steps, overrides, device)
@@ -253,7 +258,8 @@ def final_summary(run_dir: RunDir) -> str:
         return "no final evaluation (eval.final_episodes = 0)"
     record = finals[-1]
     kind = "normalised score" if record.reference else "return"
-    return f"final {kind} {record.score:.1f}"
+    at = f" at target {record.results[0].target:g}" if record.results else ""
+    return f"final {kind}{at} {target_score(record):.1f}"
 
 
 class Sweep:
@@ -434,9 +440,9 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
 
 def train_grid(options: SweepOptions, out: Callable[[str], None] = print) -> list[GridCell]:
     """Plan the grid and check it (and the Ray cluster's GPUs) before writing anything; then take
-    the runs directory's lock, write the TensorBoard layout and train what is left. Returns the
+    the runs directory's lock and train what is left. Returns the
     grid as planned; raises SweepFailed if any run failed (after the others ended)."""
-    from primal_dt.store.dashboards import write_layout
+    from primal_dt.store.dashboards import remove_root_layout
 
     options.validate()
     cells = plan(options)
@@ -463,7 +469,7 @@ def train_grid(options: SweepOptions, out: Callable[[str], None] = print) -> lis
             f"{counts['evaluate']} to evaluate; {where}"
         )
         with sigterm_interrupts(), sweep_lock(options.runs_dir):
-            write_layout(options.runs_dir, [*options.tasks, *_tasks_in(options.runs_dir)])
+            remove_root_layout(options.runs_dir)
             if sweep.todo:
                 log = RunDir(Path("RUN_DIR")).log
                 out(f"each run logs to {log}; watch: tensorboard --logdir {options.runs_dir}")
@@ -495,8 +501,3 @@ def sweep_lock(runs_dir: Path) -> Iterator[None]:
         )
     with file:
         yield
-
-
-def _tasks_in(runs_dir: Path) -> list[str]:
-    """Tasks of the sweep-style runs already in runs_dir (RUNS_DIR/<task>/<run>/)."""
-    return [path.parent.name for path in find_runs(runs_dir) if path.parent.parent == runs_dir]

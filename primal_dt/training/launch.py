@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ from primal_dt.store.rundir import (
     Snapshot,
     atomic_copy,
     folder_of,
+    read_run_config,
     read_snapshot,
     run_dir_name,
     run_of,
@@ -66,6 +68,54 @@ def read_resumable(run: RunDir, rollback: Path | None) -> Snapshot:
             f"{err}; to continue from the newest of them: primal-dt train --resume {run.path} "
             f"--from {kept[-1]}"
         ) from None
+
+
+# What a resume may set otherwise than the run was started with (--steps, --offline).
+RESUME_SETS = ("train.steps", "data.download")
+
+
+def flat_settings(config: Config) -> dict[str, Any]:
+    """{"model.embed_dim": 128, ...}: every setting by its --set key."""
+    return {
+        f"{section}.{key}": value
+        for section, values in config.to_dict().items()
+        for key, value in values.items()
+    }
+
+
+def check_unedited(run: RunDir, config: Config) -> None:
+    """A resumed run keeps the settings it was saved with; config.json, the record of what it was
+    started with, must still agree, or the resume is refused naming the settings that differ
+    (an edited config.json would otherwise be ignored without a word). train.steps and
+    data.download are left out: --steps and --offline change them on resume; so is
+    train.precision where either says "auto", which older runs recorded and a resume resolves
+    (recorded_precision)."""
+    if not run.config_file.is_file():  # a run whose config.json was removed: nothing to compare
+        return
+    started, saved = flat_settings(read_run_config(run).config), flat_settings(config)
+    record = run.config_file.name
+    edited = [
+        f"{key} ({saved.get(key)!r} in the checkpoint, {started.get(key)!r} in {record})"
+        for key in sorted(started.keys() | saved.keys())
+        if key not in RESUME_SETS
+        and started.get(key) != saved.get(key)
+        and not (key == "train.precision" and "auto" in (started[key], saved[key]))
+    ]
+    if edited:
+        raise ConfigError(
+            f"{run.config_file} differs from the settings {run} was trained with: "
+            f"{', '.join(edited)}; a resumed run keeps its checkpoint's settings, so put "
+            f"{record} back, or train a new run with the new settings (--set KEY=VALUE)"
+        )
+
+
+def length_of(run: RunDir) -> int | None:
+    """The steps a run's latest checkpoint trains to (train.steps, which --steps extends), or None
+    where it cannot be read."""
+    try:
+        return read_snapshot(run.checkpoint).config.train.steps
+    except CheckpointError:
+        return None
 
 
 def seed_everything(seed: int) -> None:
@@ -160,7 +210,15 @@ def resume_run(
         raise lock.busy(holder)
     snapshot = read_resumable(run, rollback)
     config = snapshot.config
+    check_unedited(run, config)
+    latest_steps = None if rollback is None else length_of(run)
     if steps is not None:
+        if steps < snapshot.step:
+            raise ConfigError(
+                f"--steps {steps} is before {run}'s step {snapshot.step}; pass --steps N with "
+                f"N > {snapshot.step} to train further, or roll the run back to a kept checkpoint "
+                f"with --from {run.checkpoints}/step_N.pt"
+            )
         config.train.steps = steps
     if download is not None:
         config.data.download = download
@@ -168,7 +226,7 @@ def resume_run(
     at_end = snapshot.step >= config.train.steps
     if at_end and not final_missing(run, snapshot.step, config.eval.final_episodes):
         raise ConfigError(
-            f"{run} is already at step {snapshot.step} of {config.train.steps}; "
+            f"{run} has trained all its {config.train.steps} steps; "
             f"pass --steps N with N > {snapshot.step} to train further"
         )
     record = snapshot.task
@@ -193,7 +251,14 @@ def resume_run(
             if step_of(later) > trainer.step:
                 later.unlink()
         trainer.notes.append(
-            f"rolled back to step {trainer.step}: what the run did after it is dropped"
+            f"rolled back to step {trainer.step}: what the run did after it is dropped; it trains "
+            f"to step {config.train.steps}, the length that checkpoint was saved with"
+            + (
+                f" (the run had since been extended to {latest_steps} steps: pass --steps "
+                f"{latest_steps} to train as far)"
+                if steps is None and latest_steps is not None and latest_steps > config.train.steps
+                else ""
+            )
         )
     # The steps after the checkpoint are trained again, and evaluated again with them.
     drop_results_after(run, trainer.step)

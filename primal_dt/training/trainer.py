@@ -328,7 +328,7 @@ class Trainer:
         writer = stack.enter_context(SummaryWriter(str(self.run_dir.path), purge_step=purge))
         if self.step == 0:
             write_hparams(writer, self.data.task.name, self.config)
-            writer.add_custom_scalars(run_layout())
+            writer.add_custom_scalars(run_layout(self.data.task.name))
         bar = progress_bar(self.config.train.steps, self.step, self.data.task.name, progress)
         stack.enter_context(bar)  # returns the bar itself, typed as the join of its two kinds
         return writer, bar
