@@ -4,6 +4,7 @@ matched comparison (configs/matched.toml with each attention in its last block, 
 different) over seeds, `primal-dt report`, and write its tables and figures into the docs.
 
     python scripts/results.py                          # matched DT against Primal-DT, 3 medium datasets, 5 seeds
+        # (and matched-bc, DT without return conditioning: behaviour cloning; --no-bc leaves it out)
     python scripts/results.py --write-docs             # and write docs/results.md and the README's summary
     python scripts/results.py --replay --write-docs    # the same on the medium-replay datasets
         # (trains SAC again to record them: 55k to 120k steps, 12 to 32 minutes of a core each)
@@ -127,6 +128,19 @@ def matched_config(out: Path, kind: str) -> Path:
     return path
 
 
+def bc_config(out: Path) -> Path:
+    """The matched config with softmax in its last block and without return conditioning
+    (model.return_conditioning = false), as a config of its own name (matched-bc): behaviour
+    cloning with the same network, budget and data, so that the table says what sequence
+    modelling with returns adds."""
+    text = matched_config(out, "softmax").read_text()
+    text, count = re.subn(r"(?m)^\[model\]\n", "[model]\nreturn_conditioning = false\n", text)
+    assert count == 1, "configs/matched.toml has one [model] table"
+    path = out / "configs" / "matched-bc.toml"
+    path.write_text(text)
+    return path
+
+
 def init_config(out: Path, init: str) -> Path:
     """The matched config with Primal in its last block (matched-primal) and its init setting
     (model.attention_settings.primal.init) = init, as a config of its own name
@@ -152,10 +166,13 @@ def comparison(
         return "dt,primal-dt", "results-paper", "the papers' DT and Primal.+DT configs", []
     kinds = list(ATTENTIONS) if args.attentions == "all" else args.attentions.split(",")
     configs = ",".join(str(matched_config(out, kind)) for kind in kinds)
+    if args.bc:
+        configs += f",{bc_config(out)}"
     qualities = {task.partition("-")[2] for task in tasks}
     quality = qualities.pop() if len(qualities) == 1 else "medium"
     section = "results-attentions" if len(kinds) > 2 else SECTIONS.get(quality, "results")
-    return configs, section, f"the matched config with {', '.join(kinds)} in its last block", []
+    compared = f"the matched config with {', '.join(kinds)} in its last block"
+    return configs, section, compared + (", and matched-bc" if args.bc else ""), []
 
 
 def main() -> None:
@@ -171,6 +188,8 @@ def main() -> None:
                           help="the recorded medium-expert datasets instead (records the expert's)")  # fmt: skip
     parser.add_argument("--attentions", default="softmax,primal",
                         help="kinds in the matched config's last block, or 'all' (softmax,primal)")  # fmt: skip
+    parser.add_argument("--bc", action=argparse.BooleanOptionalAction, default=True,
+                        help="also matched-bc: softmax without return conditioning (on)")  # fmt: skip
     parser.add_argument("--episodes", type=int, help="final episodes per target (the config's)")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (2)")
     parser.add_argument("--device", default="cpu")
@@ -241,12 +260,16 @@ def summary(page: str) -> str:
     studies = [text for text in studies if text]
     sentences = [s for text in studies for s in _sentences(text, "Comparisons per task")]
     seeds = sorted({int(n) for text in studies for n in re.findall(r" x (\d+) seeds\.", text)})
+    sentences = [s for s in sentences if "matched-bc" not in s]  # DT against Primal-DT alone
     found = [s for s in sentences if " scores above " in s or " scores below " in s]
     verdict = (
         f"a difference on {len(found)} of {len(sentences)}: " + " ".join(found)
         if found
         else f"no difference in score detected on any of the {len(sentences)} (95% intervals overlap)"
     )
+    over = [s for text in studies for s in _sentences(text, "Paired differences over tasks")
+            if "matched-bc" not in s]  # fmt: skip
+    power = "".join(f" Over tasks: {s}" for s in over)  # with what the study could detect
     matched = [s for text in studies for s in _sentences(text, "Attention spectrum")
                if ", block " in s]  # fmt: skip
     lower = [s for s in matched if "(Primal) has a lower rank_90 than" in s]
@@ -259,7 +282,7 @@ def summary(page: str) -> str:
     return (
         f"Matched DT against Primal-DT (only the last block's attention differs) on "
         f"{len(sentences)} of the datasets recorded here, {' or '.join(map(str, seeds))} seeds "
-        f"each, at a CPU budget: {verdict}.{spectra} "
+        f"each, at a CPU budget: {verdict}.{power}{spectra} "
         "Per-task scores, intervals and the paper's table: [Results](docs/results.md)."
     )
 

@@ -56,6 +56,16 @@ def test_matched_configs_differ_only_in_the_last_blocks_attention(tmp_path: Path
     assert sizes["linear"] == sizes["softmax"] and sizes["primal"] != sizes["softmax"]
 
 
+def test_matched_bc_is_matched_softmax_without_return_conditioning(tmp_path: Path) -> None:
+    script = results_script()
+    softmax = dataclasses.asdict(load_config(script.matched_config(tmp_path, "softmax")))
+    bc = load_config(script.bc_config(tmp_path))
+    assert bc.model.return_conditioning is False and softmax["model"]["return_conditioning"]
+    other = dataclasses.asdict(bc)
+    other["model"]["return_conditioning"] = True
+    assert other == softmax
+
+
 def test_init_configs_differ_from_matched_primal_only_in_the_initialisation(tmp_path: Path) -> None:
     script = results_script()
     primal = dataclasses.asdict(load_config(script.matched_config(tmp_path, "primal")))
@@ -163,6 +173,14 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
     assert "lower rank_90 than the same block's with softmax on 1 of the 2" in text
     none = script.summary(page.replace("- a scores above", "- No difference: a"))
     assert "no difference in score detected on any of the 2" in none
+    # The power over tasks, where a section has it, beside the verdict.
+    over = "a − b over 3 tasks (5 paired seeds each): +0.4 [...]: the study could detect 4.1 points"
+    with_power = page.replace(
+        "### Aggregates over tasks",
+        f"### Paired differences over tasks\n\n- {over}\n\n### Aggregates over tasks",
+        1,
+    )
+    assert f"Over tasks: {over}" in script.summary(with_power)
     # The README holds what the page says now.
     readme = (SCRIPTS.parent / "README.md").read_text()
     current = script.summary((SCRIPTS.parent / "docs" / "results.md").read_text())
@@ -184,10 +202,11 @@ def test_study_minutes_count_overlapping_runs_once_and_no_gap_between_parts(tmp_
 def test_each_quality_has_its_own_section_of_the_results_page(tmp_path: Path) -> None:
     script = results_script()
     page = (SCRIPTS.parent / "docs" / "results.md").read_text()
-    args = argparse.Namespace(compare_init=False, paper=False, attentions="softmax,primal")
+    args = argparse.Namespace(compare_init=False, paper=False, attentions="softmax,primal", bc=True)
     for quality, section in script.SECTIONS.items():
         tasks = script.recorded_tasks(quality)
-        assert script.comparison(args, tmp_path, tasks)[1] == section
+        configs, found, _, _ = script.comparison(args, tmp_path, tasks)
+        assert found == section and configs.endswith("matched-bc.toml")
         assert f"<!-- {section}:start -->" in page
     args.attentions = "all"
     assert script.comparison(args, tmp_path, ["halfcheetah-medium"])[1] == "results-attentions"

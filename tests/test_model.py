@@ -176,6 +176,18 @@ def test_left_padding_gives_finite_gradients() -> None:
 # ------------------------------------------------------------------------------ KSVD loss
 
 
+def test_without_return_conditioning_the_returns_reach_nothing() -> None:
+    """model.return_conditioning = false (behaviour cloning, the same network): predictions and
+    their gradients do not depend on the returns-to-go; with it they do."""
+    batch = make_batch()
+    changed = {**batch, "returns_to_go": batch["returns_to_go"] * 5 + 3}
+    for conditioning in (True, False):
+        model = make_model("last")
+        model.config.return_conditioning = conditioning
+        same = torch.equal(predict(model, batch)[0], predict(model, changed)[0])
+        assert same != conditioning
+
+
 def test_ksvd_loss_is_zero_without_primal_blocks() -> None:
     model = make_model("none")
     _, ksvd = predict(model, make_batch())

@@ -244,6 +244,10 @@ def test_long_titles_fit_in_narrow_figures() -> None:
     one_block = plots.spectra_figure(task, [("block 0", {"dt (softmax)": [curve / curve[-1]]})])
     series = [[(0, 1.0), (5, 2.0), (10, 3.0)]]
     curves = plots.curves_figure(task, {"dt": series}, {"dt": series}, "normalised score")
+    # Every seed's last score is a dot beside the mean and band (here two seeds, one far off).
+    two = plots.curves_figure(task, {"dt": [*series, [(0, 1.0), (10, 9.0)]]}, {}, "score")
+    (dots,) = [line for line in two.axes[0].get_lines() if line.get_marker() == "o"]
+    assert sorted(dots.get_ydata()) == [3.0, 9.0] and list(dots.get_xdata()) == [10.0, 10.0]
     for figure in (one_panel, one_block, curves):
         assert outside(figure) == []
         # The whole title is still there (wrapped, not shortened away).
@@ -327,18 +331,18 @@ def test_per_task_scores_intervals_comparisons_and_the_papers_table(
     assert "a max over evaluations, so optimistic" in md
     assert csv_rows["hopper-medium", "primal-dt"]["best_mean"] == f"{np.mean([57, 49, 66]):.4f}"
 
-    # Sentences from the intervals: overlapping on hopper-medium, apart on walker2d-medium.
+    # Sentences from the paired differences (the same seeds): their interval includes 0 on
+    # hopper-medium, not on walker2d-medium; with the power there.
     comparisons = section(md, "Comparisons per task")
-    a, b = t95(SCORES["hopper-medium", "primal-dt"]), (low, high)
-    assert (
-        f"No difference between primal-dt and dt was detected on hopper-medium at this budget "
-        f"(intervals [{a[0]:.1f}, {a[1]:.1f}] and [{b[0]:.1f}, {b[1]:.1f}] overlap)."
-    ) in comparisons
-    a, b = t95(SCORES["walker2d-medium", "primal-dt"]), t95(SCORES["walker2d-medium", "dt"])
-    assert (
-        f"primal-dt scores above dt on walker2d-medium (95% intervals [{a[0]:.1f}, {a[1]:.1f}] "
-        f"and [{b[0]:.1f}, {b[1]:.1f}] do not overlap)."
-    ) in comparisons
+    for task, claim in (("hopper-medium", "no difference detected"),
+                        ("walker2d-medium", "primal-dt scores above dt")):  # fmt: skip
+        mine, base = SCORES[task, "primal-dt"], SCORES[task, "dt"]
+        low, high = scipy.stats.ttest_rel(mine, base).confidence_interval(0.95)
+        mean = np.mean(mine) - np.mean(base)
+        assert (
+            f"primal-dt − dt on {task}: {mean:+.1f} [{low:+.1f}, {high:+.1f}] over 3 paired "
+            f"seeds: {claim}; the study could detect "
+        ) in comparisons
 
     # Three seeds per task: no aggregates, and one sentence says what is missing and why.
     aggregated = section(md, "Aggregates over tasks")
@@ -406,7 +410,7 @@ def test_aggregates_with_enough_seeds_and_the_same_numbers_twice(
     assert "and these runs have linear-dt: 3 final scores on hopper-medium" in aggregated
     # Every config against dt, on every task: linear-dt's 3 seeds lie below dt's.
     comparisons = section(text, "Comparisons per task")
-    assert "linear-dt scores below dt on hopper-medium (95% intervals" in comparisons
+    assert "linear-dt − dt on hopper-medium: " in comparisons
     found, _ = aggregates(group(collect(runs, skip=report, spectra=False)))
     primal = next(agg for agg in found if agg.config == "primal-dt")
     flat = np.array(SCORES5["hopper-medium", "primal-dt"] + SCORES5["walker2d-medium", "primal-dt"])

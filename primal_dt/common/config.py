@@ -23,7 +23,7 @@ from typing import Any
 from primal_dt.common.errors import ConfigError, did_you_mean
 from primal_dt.common.resources import resource_dir
 
-PRIMAL_BLOCK_CHOICES = ("none", "last", "all")  # the older model.primal_blocks (LEGACY_KEYS)
+PRIMAL_BLOCK_CHOICES = ("none", "last", "all")  # the older form, model.primal_blocks (_fold_legacy)
 PRECISIONS = ("auto", "bf16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -66,6 +66,9 @@ class ModelConfig:
     #: ``[model.attention_settings.primal]`` with ``rank = 64``; a setting left out keeps the
     #: kind's default (the tables below).
     attention_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Whether the return-to-go reaches the model. false: behaviour cloning with the same network
+    #: (every return token embeds 0), the baseline that says what conditioning on returns adds.
+    return_conditioning: bool = True
 
     def block_kinds(self) -> list[str]:
         """The attention kind of each block, first to last."""

@@ -80,12 +80,15 @@ def curves_figure(
     score_label: str,
 ) -> Any:
     """Evaluation score and KSVD loss against steps, one line (mean) and band (± std over seeds)
-    per config; configs without a Primal block have no KSVD loss and are left out of its panel."""
+    per config, and every seed's last score as a dot (a bimodal or skewed spread shows there);
+    configs without a Primal block have no KSVD loss and are left out of its panel."""
     figure, (left, right) = _figure(11.0, 4.0, columns=2)
     for i, (config, runs) in enumerate(scores.items()):
         if any(runs):
             label = f"{config} ({len(runs)} seed{'s' * (len(runs) > 1)})"
             _band(left, *mean_band(runs), label, _color(i))
+            last = np.array([run[-1] for run in runs if len(run)], dtype=np.float64)
+            left.plot(last[:, 0], last[:, 1], "o", color=_color(i), markersize=4, alpha=0.8)
         if ksvd.get(config):
             steps, mean, std = mean_band(ksvd[config])
             _band(right, steps, mean, std, config, _color(i))

@@ -106,6 +106,8 @@ class DecisionTransformer(nn.Module):
         """Tokens (B, 3K, D) in the order R_1, s_1, a_1, R_2, ... and their padding mask."""
         batch, length, _ = states.shape
         time = self.embed_timestep(timesteps.clamp(0, self.max_timestep - 1))
+        if not self.config.return_conditioning:  # behaviour cloning: the returns reach nothing
+            returns_to_go = torch.zeros_like(returns_to_go)
         tokens = torch.stack(
             (
                 self.embed_return(returns_to_go.unsqueeze(-1)) + time,

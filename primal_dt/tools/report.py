@@ -25,6 +25,14 @@ from primal_dt.evaluation.conditioning import curve_points
 from primal_dt.method.registry import attention_label
 from primal_dt.store.dashboards import copy_run, remove_root_layout
 from primal_dt.store.rundir import safe_name
+from primal_dt.tools.paired import (
+    POWER,
+    TARGET,
+    over_tasks_sentence,
+    paired_differences,
+    paired_over_tasks,
+)
+from primal_dt.tools.paired import sentence as paired_sentence
 from primal_dt.tools.paper import PaperScores, paper_scores
 from primal_dt.tools.runs import (
     Behaviour,
@@ -244,32 +252,58 @@ def write_csv(rows: list[Row], path: Path, behaviour: dict[str, Behaviour] | Non
 
 
 def comparisons_section(rows: list[Row]) -> str:
-    """Per task, a sentence for every config against the baseline config (baseline_config)."""
+    """Per task, a sentence for every config against the baseline config (baseline_config): from
+    the paired differences of the seeds both ran (paired.py), with the study's power there; from
+    the overlap of the two configs' own intervals where no two seeds pair. Then, per config, the
+    mean paired difference over tasks, under a heading of its own."""
     configs = unique([row.config for row in rows if row.task != "average"])
     baseline = baseline_config(configs)
     lines = ["## Comparisons per task", ""]
     if baseline is None or len(configs) < 2:
         return "\n".join([*lines, "One config only: nothing to compare."])
     lines += [
-        f"Every config against {baseline} on each task both ran, from the two Student's t 95% "
-        "intervals above. Intervals that do not overlap mean a difference (at well under the 5% "
-        "level); overlapping ones do not rule one out, so they say no difference was detected.",
+        f"Every config against {baseline} on each task both ran. Runs of the same seed share "
+        "their data order and evaluation episodes, so the comparison is seed by seed: the mean "
+        "of the paired differences (config − baseline, normalised points) with its Student's t "
+        f"95% interval; a difference is claimed only where that interval excludes 0. Beside it, "
+        f"the smallest true difference the study detects with {POWER:.0%} probability (a "
+        "two-sided paired t-test at 5%, taking the measured spread of the differences as the "
+        f"true one), and the seeds a difference of {TARGET:g} points would need. Where no seeds "
+        "pair, the two configs' own intervals: overlapping ones say no difference was detected.",
         "",
     ]
     by_key = {(row.task, row.config): row for row in rows if row.task != "average"}
-    for task in unique([row.task for row in rows if row.task != "average"]):
-        base = by_key.get((task, baseline))
-        for config in configs:
-            row = by_key.get((task, config))
-            if config == baseline or row is None:
+    over = []
+    for config in configs:
+        if config == baseline:
+            continue
+        pairs = {p.task: p for p in paired_differences(rows, config, baseline)}
+        for task in unique([row.task for row in rows if row.task != "average"]):
+            base, row = by_key.get((task, baseline)), by_key.get((task, config))
+            if row is None:
                 continue
             if base is None:
                 lines.append(f"- {config} on {task}: no {baseline} runs there to compare with.")
-                continue
-            sentence = compare_intervals(
-                task, config, t_interval(row.final), baseline, t_interval(base.final)
-            )
-            lines.append(f"- {sentence}")
+            elif task in pairs and len(pairs[task].seeds) > 1:
+                lines.append(f"- {paired_sentence(pairs[task])}")
+            else:
+                interval, base_interval = t_interval(row.final), t_interval(base.final)
+                lines.append(
+                    f"- {compare_intervals(task, config, interval, baseline, base_interval)}"
+                )
+        summary = paired_over_tasks(list(pairs.values()))
+        if summary is not None:
+            over.append(f"- {over_tasks_sentence(summary)}")
+    if over:
+        heading = "## Paired differences over tasks"
+        lines += [
+            "",
+            heading,
+            "",
+            "Each task weighed alike (the mean of its mean differences):",
+            "",
+            *over,
+        ]
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from primal_dt.common.errors import PrimalDTError
 from primal_dt.data.episodes import ReferenceScores, load_task_data, open_dataset
 from primal_dt.data.sources import find_dataset
-from primal_dt.data.tasks import Task
+from primal_dt.data.tasks import Task, load_envs
 from primal_dt.evaluation.conditioning import read_curve
 from primal_dt.store.dashboards import read_scalars
 from primal_dt.store.results import EvalRecord, read_results, target_score
@@ -123,7 +123,7 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
 
 def _describe_task(summary: RunSummary, reference: ReferenceScores | None, ids: list[str]) -> None:
     summary.normalized = reference is not None
-    summary.reference = reference.source if reference else None
+    summary.reference = reference_note(summary.task, reference) if reference else None
     summary.reference_scores = reference
     summary.dataset_ids = list(ids)
 
@@ -285,6 +285,22 @@ def behaviour_scores(summaries: list[RunSummary]) -> dict[str, Behaviour]:
     for task in unique(sorted(r.task for r in summaries)):
         found[task] = _behaviour(task, ids.get(task, []), references.get(task))
     return found
+
+
+def reference_note(task: str, reference: ReferenceScores) -> str:
+    """The reference scores a task's normalised scores come from, their source, and where they
+    are not D4RL's (envs/<env>.toml [reference]), D4RL's and the ratio of the two experts': a
+    normalised score is comparable with D4RL's only as far as the references agree."""
+    text = f"random {reference.random:,.2f}, expert {reference.expert:,.2f}: {reference.source}"
+    env = load_envs().get(task.split("-", 1)[0])
+    if env is None or (reference.random, reference.expert) == (env.ref_random, env.ref_expert):
+        return text
+    ratio = reference.expert / env.ref_expert
+    return (
+        f"{text} (D4RL's: random {env.ref_random:,.2f}, expert {env.ref_expert:,.2f}; this "
+        f"expert is {ratio:.2f} of D4RL's, so a return here scores about {1 / ratio:.2f} times "
+        f"its D4RL score)"
+    )
 
 
 def _behaviour(task: str, ids: list[str], reference: ReferenceScores | None) -> Behaviour:

@@ -1,0 +1,98 @@
+"""Paired differences and power (primal_dt/tools/paired.py): the differences and their interval
+against scipy's paired t-test, the power against a simulation of the test itself, the seeds a
+difference needs, the normality warning, and the report's sentences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from primal_dt.tools.paired import (
+    POWER,
+    TARGET,
+    detectable,
+    paired_differences,
+    paired_over_tasks,
+    seeds_for,
+    sentence,
+    t_test_power,
+)
+from primal_dt.tools.report import comparisons_section
+from primal_dt.tools.runs import Row
+
+
+def row(task: str, config: str, per_seed: dict[int, float | None]) -> Row:
+    seeds = sorted(per_seed)
+    final = [v for s in seeds if (v := per_seed[s]) is not None]
+    return Row(task, config, seeds, final, final, [100] * len(seeds), True, [], [],
+               per_seed=[per_seed[s] for s in seeds])  # fmt: skip
+
+
+def test_paired_differences_are_scipys_paired_t_test() -> None:
+    base = {0: 40.0, 1: 35.0, 2: 50.0, 3: 45.0, 4: 38.0}
+    mine = {0: 42.0, 1: 36.5, 2: 49.0, 3: 48.0, 4: None, 5: 60.0}  # seed 4 unfinished, 5 alone
+    (paired,) = paired_differences([row("t", "b", base), row("t", "a", mine)], "a", "b")
+    assert paired.seeds == [0, 1, 2, 3] and paired.differences == [2.0, 1.5, -1.0, 3.0]
+    expected = stats.ttest_rel([42.0, 36.5, 49.0, 48.0], [40.0, 35.0, 50.0, 45.0])
+    low, high = expected.confidence_interval(0.95)
+    assert paired.interval == pytest.approx((low, high), rel=1e-12)
+    assert paired.mean == pytest.approx(1.375)
+
+
+@pytest.mark.parametrize("pairs", [3, 5, 20])
+def test_the_detectable_difference_is_detected_with_80_percent_power(pairs: int) -> None:
+    """The t-test itself, simulated: at the detectable difference it rejects in 80% of 20,000
+    experiments (the binomial spread is 0.3%), at a third of it far less often."""
+    std = 7.0
+    smallest = detectable(std, pairs)
+    assert smallest is not None and t_test_power(smallest, std, pairs) == pytest.approx(POWER)
+    rng = np.random.default_rng(0)
+    for difference, low, high in ((smallest, 0.79, 0.81), (smallest / 3, 0.0, 0.4)):
+        samples = rng.normal(difference, std, size=(20_000, pairs))
+        rejected = stats.ttest_1samp(samples, 0.0, axis=1).pvalue < 0.05
+        assert low < rejected.mean() < high, (difference, rejected.mean())
+
+
+def test_seeds_for_a_difference_are_the_fewest_that_reach_the_power() -> None:
+    for std in (2.0, 8.0, 30.0):
+        n = seeds_for(std)
+        assert n is not None and t_test_power(TARGET, std, n) >= POWER
+        assert n == 2 or t_test_power(TARGET, std, n - 1) < POWER
+    assert seeds_for(0.0) == 2 and detectable(0.0, 5) == 0.0 and detectable(3.0, 1) is None
+
+
+def test_sentences_say_the_power_and_doubt_a_skewed_spread() -> None:
+    base = {s: 50.0 for s in range(6)}
+    close = {0: 51.0, 1: 49.0, 2: 50.5, 3: 49.5, 4: 50.2, 5: 49.8}
+    (paired,) = paired_differences([row("t", "b", base), row("t", "a", close)], "a", "b")
+    said = sentence(paired)
+    assert "no difference detected" in said and "paired seeds" in said
+    assert f"the study could detect {paired.detectable:.1f} points at 80% power" in said
+    assert f"5 points would need {seeds_for(paired.std)} seeds" in said  # type: ignore[arg-type]
+    assert "reject normality" not in said
+    skewed = {0: 50.0, 1: 50.1, 2: 49.9, 3: 50.0, 4: 50.1, 5: 90.0}  # one seed far off
+    (paired,) = paired_differences([row("t", "b", base), row("t", "a", skewed)], "a", "b")
+    assert "the differences reject normality, Shapiro-Wilk p = " in sentence(paired)
+    above = {s: 60.0 + s % 2 for s in range(6)}
+    (paired,) = paired_differences([row("t", "b", base), row("t", "a", above)], "a", "b")
+    assert ": a scores above b;" in sentence(paired)
+
+
+def test_over_tasks_the_mean_difference_and_what_it_could_detect() -> None:
+    rng = np.random.default_rng(1)
+    rows = []
+    for task, spread in (("t1", 2.0), ("t2", 10.0), ("t3", 5.0)):
+        base = dict(enumerate(np.round(rng.normal(50, spread, 5) * 2) / 2))  # exact sums
+        rows += [row(task, "b", base), row(task, "x", {s: v + 3.0 for s, v in base.items()})]
+    rows[-1].per_seed[0] += 1.0  # type: ignore[operator]
+    over = paired_over_tasks(paired_differences(rows, "x", "b"))
+    assert over is not None and over.tasks == ["t1", "t2", "t3"] and over.pairs == 5
+    assert over.point == pytest.approx(3.0 + 1.0 / 15)
+    assert over.interval[0] <= over.point <= over.interval[1]
+    variance = np.var([1.0, 0, 0, 0, 0], ddof=1)  # only t3's differences vary
+    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    assert over.detectable == pytest.approx(z * np.sqrt(variance / 5) / 3)
+    section = comparisons_section(rows)
+    assert "x − b on t1: +3.0 [+3.0, +3.0] over 5 paired seeds: x scores above b" in section
+    assert "x − b over 3 tasks (5 paired seeds each): +3.1" in section
