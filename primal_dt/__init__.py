@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from primal_dt.method import (
         ATTENTIONS,
-        CausalSelfAttention,
         CosformerAttention,
         DecisionTransformer,
-        FlowAttention,
+        FlowformerAttention,
         LinearAttention,
         ModelConfig,
         PerformerAttention,
         PrimalAttention,
         ReformerAttention,
+        SoftmaxAttention,
         build_attention,
         ksvd_loss,
         ksvd_objective,
@@ -34,10 +34,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ATTENTIONS",
-    "CausalSelfAttention",
+    "SoftmaxAttention",
     "CosformerAttention",
     "DecisionTransformer",
-    "FlowAttention",
+    "FlowformerAttention",
     "LinearAttention",
     "ModelConfig",
     "PerformerAttention",

@@ -32,8 +32,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _make_trainer(args: argparse.Namespace) -> Trainer:
-    from primal_dt.common.config import load_config, named_config_path, option_overrides
     from primal_dt.common.errors import ConfigError
+    from primal_dt.common.loading import load_config, named_config_path, option_overrides
     from primal_dt.data.tasks import dataset_task, resolve_task
     from primal_dt.training.launch import default_run_dir, resume_run, start_run
 
@@ -116,28 +116,28 @@ def _describe(dataset_ids: tuple[str, ...]) -> str:
 
 
 def _datasets_list(args: argparse.Namespace) -> int:
-    from primal_dt.data.datasets import format_list, list_datasets
+    from primal_dt.data.catalogue import format_list, list_datasets
 
     print(format_list(list_datasets()))
     return 0
 
 
 def _datasets_info(args: argparse.Namespace) -> int:
-    from primal_dt.data.datasets import dataset_info
+    from primal_dt.data.catalogue import dataset_info
 
     print(dataset_info(args.id))
     return 0
 
 
 def _datasets_download(args: argparse.Namespace) -> int:
-    from primal_dt.data.datasets import download
+    from primal_dt.data.catalogue import download
 
     print(f"{args.id}: {download(args.id)}")
     return 0
 
 
 def _datasets_make(args: argparse.Namespace) -> int:
-    from primal_dt.data.datasets import MakeOptions, make_dataset
+    from primal_dt.data.recipes import MakeOptions, make_dataset
 
     fields = {  # options not given keep MakeOptions' defaults
         k: v
@@ -170,7 +170,7 @@ def _add_datasets_parser(commands: argparse._SubParsersAction) -> None:
     make.add_argument("--env", required=True, help=_env_names())
     make.add_argument(
         "--recipe", required=True, help="policy, random, medium-replay or medium-expert"
-    )  # checked with the other options (datasets.py), with a "did you mean" for a misspelling
+    )  # checked with the other options (data/recipes.py), with a "did you mean" for a misspelling
     make.add_argument("--name", help="the dataset's quality name (default: the recipe's)")
     make.add_argument("--policy", metavar="FILE", help="policy recipe: an SB3 SAC/TQC .zip")
     count = make.add_mutually_exclusive_group()
@@ -201,7 +201,8 @@ def _add_datasets_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from primal_dt.tools.sweep import SweepOptions, parse_list, train_grid
+    from primal_dt.tools.grid import SweepOptions, parse_list
+    from primal_dt.tools.sweep import train_grid
 
     options = SweepOptions(
         tasks=parse_list(args.tasks, "--tasks"),
@@ -233,7 +234,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
-    from primal_dt.common.config import packaged_config_names
+    from primal_dt.common.loading import packaged_config_names
 
     sweep = commands.add_parser(
         "sweep", help="train a grid of tasks x configs x seeds; run again to resume it"
@@ -432,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except PrimalDTError as err:
-        print(f"primal-dt: {err.label}: {err}", file=sys.stderr)
+        print(f"primal-dt: {err.prefix}: {err}", file=sys.stderr)
         return err.exit_code
     except OSError as err:  # a read-only or full file system, a path through a file...
         where = f": {err.filename}" if err.filename else ""

@@ -21,8 +21,9 @@ from bench_common import device_name
 from bench_train import SIZES, make_trainer
 from doc_tables import publish
 
+from primal_dt.store.atomic import atomic_write
 from primal_dt.store.integrity import damaged_parts, seal
-from primal_dt.store.rundir import atomic_write, payload_of
+from primal_dt.store.snapshots import payload_of
 
 
 def measure(config: str, rounds: int, folder: Path) -> dict[str, float]:

@@ -33,7 +33,7 @@ from bench_common import device_name
 from bench_train import PRECISIONS
 from doc_tables import publish
 
-from primal_dt.common.config import load_config, named_config_path
+from primal_dt.common.loading import load_config, named_config_path
 from primal_dt.data.tasks import quiet_mujoco_warnings
 from primal_dt.evaluation.rollout import (
     EvalOptions,
@@ -45,7 +45,7 @@ from primal_dt.evaluation.rollout import (
     rollout,
 )
 from primal_dt.method.model import DecisionTransformer
-from primal_dt.store.rundir import TaskRecord, read_snapshot
+from primal_dt.store.snapshots import TaskRecord, read_snapshot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracles import sequential_rollout  # noqa: E402  (the tests' oracle, timed here)
@@ -71,7 +71,7 @@ def size_label(spec: str) -> str:
     return f"embed {m.embed_dim}, {heads}, {attention} ({name})"
 
 
-Evaluator = Callable[[list[Job]], tuple[np.ndarray, np.ndarray]]
+EpisodeRunner = Callable[[list[Job]], tuple[np.ndarray, np.ndarray]]
 
 
 def measure(label: str, policy: Policy, task: TaskRecord, args: argparse.Namespace) -> list[str]:
@@ -79,7 +79,7 @@ def measure(label: str, policy: Policy, task: TaskRecord, args: argparse.Namespa
     the sequential reference in float32."""
     jobs = make_jobs(task.eval_targets[:1], args.episodes, seed=0)
     fp32 = dataclasses.replace(policy, precision="fp32")
-    evaluators: dict[str, tuple[Evaluator, list[Job]]] = {
+    evaluators: dict[str, tuple[EpisodeRunner, list[Job]]] = {
         "sequential, batch 1, fp32": (
             lambda j: sequential_rollout(fp32, task, j),
             jobs[: args.sequential_episodes],

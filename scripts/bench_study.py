@@ -72,7 +72,7 @@ def serve() -> None:
     import torch
     from bench_train import run_steps, synthetic_data
 
-    from primal_dt.common.config import load_config, named_config_path
+    from primal_dt.common.loading import load_config, named_config_path
     from primal_dt.training.launch import assemble
 
     trainers: dict[str, Any] = {}

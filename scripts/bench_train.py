@@ -51,8 +51,9 @@ from doc_tables import publish, publish_so_far
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from primal_dt.common.config import COMPILE_MODES, load_config, named_config_path
+from primal_dt.common.config import COMPILE_MODES
 from primal_dt.common.cpu import quiet_waits
+from primal_dt.common.loading import load_config, named_config_path
 from primal_dt.data.episodes import Episode, TaskData
 from primal_dt.data.tasks import Task
 from primal_dt.training.launch import assemble

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from primal_dt.data.datasets import MakeOptions, make_dataset
+from primal_dt.data.recipes import MakeOptions, make_dataset
 from primal_dt.data.sources import BUNDLED_ROOT
 
 

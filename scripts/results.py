@@ -35,7 +35,7 @@ from pathlib import Path
 from bench_common import device_name, primal_dt
 from doc_tables import write_section
 
-from primal_dt.common.config import named_config_path
+from primal_dt.common.loading import named_config_path
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.registry import ATTENTIONS
 from primal_dt.tools.paper import paper_scores

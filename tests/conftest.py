@@ -12,13 +12,14 @@ import gymnasium as gym
 import pytest
 import torch
 
-from primal_dt.common.config import ModelConfig, load_config
+from primal_dt.common.config import ModelConfig
+from primal_dt.common.loading import load_config
 from primal_dt.data.recording import random_policy, record_episodes, sb3_policy, write_dataset
 from primal_dt.data.tasks import Task
 from primal_dt.evaluation.rollout import Policy
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.dashboards import read_scalars
-from primal_dt.store.rundir import TaskRecord
+from primal_dt.store.snapshots import TaskRecord
 from primal_dt.training.launch import start_run
 from primal_dt.training.trainer import Trainer
 

@@ -10,7 +10,7 @@ import torch
 from primal_dt.common.device import autocast
 from primal_dt.evaluation.rollout import Job, Policy
 from primal_dt.method.model import evaluating
-from primal_dt.store.rundir import TaskRecord
+from primal_dt.store.snapshots import TaskRecord
 
 
 @torch.inference_mode()

@@ -24,9 +24,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.method.attention import (
-    CausalSelfAttention,
     MaskedEnergy,
     PrimalAttention,
+    SoftmaxAttention,
     UnitNormalize,
     causal_padding_mask,
     explicit_attention,
@@ -121,7 +121,7 @@ def reference_ksvd(
     return out
 
 
-def reference_softmax(layer: CausalSelfAttention, x: Tensor, mask: Tensor) -> Tensor:
+def reference_softmax(layer: SoftmaxAttention, x: Tensor, mask: Tensor) -> Tensor:
     """Per head softmax(q k^T / sqrt(d)) v; j > i and padded keys j != i get -inf; float64."""
     layer = layer.double()
     x = x.double()
@@ -152,9 +152,9 @@ def make_primal(dtype: torch.dtype = torch.float32, seed: int = 0) -> PrimalAtte
     return layer.to(dtype)
 
 
-def make_softmax(dtype: torch.dtype = torch.float32, seed: int = 0) -> CausalSelfAttention:
+def make_softmax(dtype: torch.dtype = torch.float32, seed: int = 0) -> SoftmaxAttention:
     torch.manual_seed(seed)
-    layer = CausalSelfAttention(EMBED, HEADS, dropout=0.1).eval()
+    layer = SoftmaxAttention(EMBED, HEADS, dropout=0.1).eval()
     with torch.no_grad():
         layer.qkv.bias.normal_()
         layer.proj.bias.normal_()

@@ -17,15 +17,18 @@ from conftest import TINY, train_args
 from test_reproducibility import fingerprint, start, train
 
 from primal_dt.cli import main
-from primal_dt.common.config import ModelConfig, load_config
+from primal_dt.common.config import ModelConfig
 from primal_dt.common.errors import ConfigError
+from primal_dt.common.loading import load_config
 from primal_dt.method import registry
 from primal_dt.method.layer import ProjectedAttention
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS, check_kinds
 from primal_dt.store.integrity import DIGEST_KEY
-from primal_dt.store.rundir import read_snapshot
-from primal_dt.tools.report import paper_scores, read_run, spectrum_table
+from primal_dt.store.snapshots import read_snapshot
+from primal_dt.tools.paper import paper_scores
+from primal_dt.tools.report import spectrum_table
+from primal_dt.tools.runs import read_run
 
 TABLE = list(paper_scores().columns)  # dt, linear-dt, ..., primal-dt
 
@@ -285,3 +288,25 @@ def test_a_new_kind_is_one_class_and_one_registry_line(monkeypatch) -> None:
         losses.append(loss.item())
     assert aux.item() == 0.0  # no auxiliary loss of its own
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_the_auxiliary_loss_is_named_by_its_kind(monkeypatch) -> None:
+    """Training logs a model's auxiliary loss under its kind's name (train/ksvd_loss for Primal's),
+    a generic one where kinds with different ones are mixed, and Primal's name, at zero, where no
+    block has one (DT and Primal-DT plot on one chart)."""
+
+    class WithLoss(PrefixMeanAttention):
+        label = "prefix mean with a loss"
+        aux_loss_name = "prefix_loss"
+
+        def forward(self, x, mask, rows=None, objective=True):  # type: ignore[no-untyped-def]
+            y, _ = super().forward(x, mask, rows, objective)
+            return y, (x.square().mean(dim=(1, 2)) if objective else None)
+
+    monkeypatch.setattr(registry, "ATTENTIONS", dict(registry.ATTENTIONS))
+    registry.register("prefix-loss", WithLoss)
+    for kinds, name in [(["softmax", "softmax"], "ksvd_loss"), (["softmax", "primal"], "ksvd_loss"),
+                        (["softmax", "prefix-loss"], "prefix_loss"),
+                        (["primal", "prefix-loss"], "aux_loss")]:  # fmt: skip
+        config = ModelConfig(embed_dim=16, n_layer=2, n_head=2, context_len=5, attention=kinds)
+        assert DecisionTransformer(config, 4, 3, 100).aux_loss_name == name, kinds

@@ -15,7 +15,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 
 from primal_dt.cli import main
 from primal_dt.data.episodes import ReferenceScores
-from primal_dt.store.rundir import read_snapshot
+from primal_dt.store.snapshots import read_snapshot
 
 
 def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import train_args
 
-from primal_dt.store.rundir import read_snapshot
+from primal_dt.store.snapshots import read_snapshot
 from primal_dt.training.compiling import (
     CACHE_VARIABLE,
     compile_cache,

@@ -14,7 +14,8 @@ from matplotlib.text import Text
 from primal_dt.cli import main
 from primal_dt.common.errors import ConfigError
 from primal_dt.evaluation.conditioning import curve_points, read_curve, targets_between
-from primal_dt.store.rundir import RunDir, read_snapshot
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

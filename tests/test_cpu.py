@@ -10,7 +10,6 @@ import sys
 import torch
 from conftest import TINY
 
-from primal_dt.common.config import load_config
 from primal_dt.common.cpu import (
     SPIN_COUNT,
     WAIT_SETTINGS,
@@ -19,6 +18,7 @@ from primal_dt.common.cpu import (
     usable_cores,
     wait_settings,
 )
+from primal_dt.common.loading import load_config
 from primal_dt.data.tasks import resolve_task
 from primal_dt.store.results import read_results
 from primal_dt.training.launch import start_run

@@ -20,12 +20,12 @@ from stable_baselines3 import SAC
 
 from primal_dt.cli import main
 from primal_dt.common.errors import TaskError
-from primal_dt.data.datasets import _write_in_place
 from primal_dt.data.episodes import load_task_data
+from primal_dt.data.recipes import _write_in_place
 from primal_dt.data.recording import mean_return, random_policy, record_episodes, write_dataset
 from primal_dt.data.sources import BUNDLED_ROOT, origin
 from primal_dt.data.tasks import resolve_task
-from primal_dt.store.rundir import read_snapshot
+from primal_dt.store.snapshots import read_snapshot
 
 HOPPER = "Hopper-v5"
 

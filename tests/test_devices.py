@@ -8,7 +8,7 @@ from conftest import DEVICE, train_args
 
 from primal_dt.cli import main
 from primal_dt.store.integrity import seal
-from primal_dt.store.rundir import read_snapshot
+from primal_dt.store.snapshots import read_snapshot
 from primal_dt.training.trainer import action_loss
 
 

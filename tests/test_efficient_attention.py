@@ -17,7 +17,7 @@ from torch import Tensor
 
 from primal_dt.method import causal_linear
 from primal_dt.method.cosformer import CosformerAttention
-from primal_dt.method.flowformer import FlowAttention
+from primal_dt.method.flowformer import FlowformerAttention
 from primal_dt.method.linear_attention import LinearAttention
 from primal_dt.method.performer import PerformerAttention, orthogonal_features
 from primal_dt.method.reformer import ReformerAttention
@@ -68,7 +68,7 @@ def reference_performer(layer: PerformerAttention, x: Tensor, mask: Tensor) -> T
     return finish(layer, (a @ v) / torch.where(total > 0, total, 1.0))
 
 
-def reference_flowformer(layer: FlowAttention, x: Tensor, mask: Tensor) -> Tensor:
+def reference_flowformer(layer: FlowformerAttention, x: Tensor, mask: Tensor) -> Tensor:
     q, k, v = projected(layer.qkv, x, 3)
     eps, m = 1e-6, mask[:, None, :, None].to(x.dtype)
     prefix = CAUSAL.to(x.dtype)  # sum over j <= i as an L x L product

@@ -21,7 +21,8 @@ from primal_dt.cli import main
 from primal_dt.evaluation.rollout import EvalOptions, make_jobs, rollout
 from primal_dt.evaluation.service import watch
 from primal_dt.store.results import read_results
-from primal_dt.store.rundir import RunDir, read_snapshot
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot
 
 
 def test_vectorised_rollout_matches_the_sequential_loop() -> None:

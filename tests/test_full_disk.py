@@ -15,7 +15,8 @@ from conftest import train_args
 
 from primal_dt.cli import main
 from primal_dt.store.results import EvalRecord, append_result, read_results
-from primal_dt.store.rundir import RunDir, read_snapshot
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot
 
 DISK_SIZE = "16m"
 NOT_PERMITTED = ("permission denied", "operation not permitted", "only root", "must be superuser")
@@ -106,20 +107,20 @@ def test_an_eval_result_on_a_full_disk_raises_and_leaves_no_partial_line(disk) -
     earlier = [record(5), record(10)]
     for each in earlier:
         append_result(run, each)
-    size = run.results.stat().st_size
+    size = run.eval_log.stat().st_size
     filler = fill(disk)
     # Longer than what is left of eval.jsonl's last page: some of it would fit, not all.
     big = record(15, "x" * 3 * 4096)
     with pytest.raises(OSError) as raised:
         append_result(run, big)
     assert raised.value.errno == errno.ENOSPC
-    assert run.results.stat().st_size == size  # not a byte of the line left behind
+    assert run.eval_log.stat().st_size == size  # not a byte of the line left behind
     assert [r.to_dict() for r in read_results(run)] == [r.to_dict() for r in earlier]
     # With space again, the next record is a line of its own, not glued onto a partial one.
     filler.unlink()
     append_result(run, record(20))
     assert [r.step for r in read_results(run)] == [5, 10, 20]
-    assert run.results.read_text().count("\n") == 3
+    assert run.eval_log.read_text().count("\n") == 3
 
 
 def test_eval_watch_on_a_disk_full_at_the_append_fails_in_one_line(
@@ -132,10 +133,10 @@ def test_eval_watch_on_a_disk_full_at_the_append_fails_in_one_line(
     # evaluates step 10 only, and its line starts in that page's last bytes and needs another.
     page = os.statvfs(disk).f_bsize
     append_result(run, record(5))
-    pad = page - 64 - run.results.stat().st_size
-    run.results.unlink()
+    pad = page - 64 - run.eval_log.stat().st_size
+    run.eval_log.unlink()
     append_result(run, EvalRecord(5, "run", error="x" * (pad + len(record(5).error))))
-    saved = run.results.read_bytes()
+    saved = run.eval_log.read_bytes()
     assert len(saved) == page - 64
 
     def append_on_a_full_disk(run: RunDir, record: EvalRecord) -> None:
@@ -151,6 +152,6 @@ def test_eval_watch_on_a_disk_full_at_the_append_fails_in_one_line(
     line = error_line(capsys.readouterr().err)
     assert code == 2, line
     assert line.startswith("primal-dt: error: No space left on device"), line
-    assert str(run.results) in line, line
-    assert run.results.read_bytes() == saved  # nothing of step 10's line
+    assert str(run.eval_log) in line, line
+    assert run.eval_log.read_bytes() == saved  # nothing of step 10's line
     assert [r.step for r in read_results(run)] == [5]

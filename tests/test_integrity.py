@@ -14,7 +14,8 @@ from conftest import scalars, train_args
 from primal_dt.cli import main
 from primal_dt.store.integrity import DIGEST_KEY
 from primal_dt.store.results import read_results
-from primal_dt.store.rundir import RunDir, read_snapshot
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot
 
 KEEPING = ("train.ckpt_every=5", "train.keep_checkpoints=4", "eval.final_episodes=1")
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from primal_dt.cli import build_parser
-from primal_dt.common.config import load_config
+from primal_dt.common.loading import load_config
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS

@@ -14,9 +14,10 @@ import pytest
 import torch
 from torch import Tensor
 
-from primal_dt.common.config import ModelConfig, load_config
+from primal_dt.common.config import ModelConfig
 from primal_dt.common.errors import ConfigError
-from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
+from primal_dt.common.loading import load_config
+from primal_dt.method.attention import PrimalAttention, SoftmaxAttention
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
 
@@ -254,7 +255,7 @@ def test_primal_indices_and_blocks(primal_blocks, expected) -> None:
             assert isinstance(block.attn, PrimalAttention), i
             assert block.attn.we.shape == (2, 16, 8)
         else:
-            assert isinstance(block.attn, CausalSelfAttention), i
+            assert isinstance(block.attn, SoftmaxAttention), i
 
 
 def test_primal_indices_last_follows_n_layer() -> None:

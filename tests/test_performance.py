@@ -10,12 +10,12 @@ import torch
 from conftest import DEVICE, TINY, scalars, tiny_trainer, train_args
 
 from primal_dt.cli import main
-from primal_dt.common.config import load_config
 from primal_dt.common.device import autocast
+from primal_dt.common.loading import load_config
 from primal_dt.data.tasks import resolve_task
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
-from primal_dt.store.rundir import read_snapshot
+from primal_dt.store.snapshots import read_snapshot
 
 # Softmax attention in the first blocks, the Primal layer (its custom autograd Functions) in the
 # last, so the fast paths are checked on both.

@@ -16,7 +16,8 @@ from primal_dt.cli import main
 from primal_dt.common.device import autocast_dtype, cpu_bf16_unit, resolve_precision
 from primal_dt.store.integrity import DIGEST_KEY
 from primal_dt.store.results import read_results
-from primal_dt.store.rundir import RunDir, read_snapshot
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot
 
 CPU = torch.device("cpu")
 

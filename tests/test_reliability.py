@@ -19,7 +19,8 @@ from conftest import TINY, policy_file, train_args
 from primal_dt.cli import main
 from primal_dt.data.recording import random_policy, record_episodes, write_dataset
 from primal_dt.store.results import read_results
-from primal_dt.store.rundir import RunDir, read_snapshot, write_snapshot
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot, write_snapshot
 
 
 def test_sigterm_saves_and_says_how_to_resume(minari_root, tmp_path) -> None:
@@ -200,7 +201,7 @@ def test_empty_datasets_and_datasets_that_do_not_fit_their_env_are_refused(
 def test_divergence_keeps_the_last_good_checkpoint(minari_root, tmp_path) -> None:
     from conftest import TINY
 
-    from primal_dt.common.config import load_config
+    from primal_dt.common.loading import load_config
     from primal_dt.data.tasks import resolve_task
     from primal_dt.training.launch import start_run
     from primal_dt.training.trainer import TrainingDiverged
@@ -404,11 +405,11 @@ def test_resuming_a_run_whose_ckpt_is_damaged_gives_the_command_that_works(
     ],
 )
 def test_the_attention_layers_check_their_arguments_when_built(layer, arguments, said) -> None:
-    from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
+    from primal_dt.method.attention import PrimalAttention, SoftmaxAttention
 
     with pytest.raises(ValueError, match="^" + ("PrimalAttention" if layer == "primal" else
-                                                "CausalSelfAttention")) as raised:  # fmt: skip
-        (PrimalAttention if layer == "primal" else CausalSelfAttention)(*arguments)
+                                                "SoftmaxAttention")) as raised:  # fmt: skip
+        (PrimalAttention if layer == "primal" else SoftmaxAttention)(*arguments)
     assert said in str(raised.value)
 
 

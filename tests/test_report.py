@@ -28,7 +28,8 @@ from primal_dt.common.resources import resource_dir
 from primal_dt.data.episodes import ReferenceScores, open_dataset
 from primal_dt.data.recording import random_policy, record_episodes, write_dataset
 from primal_dt.evaluation import plots
-from primal_dt.store.rundir import RunDir, read_snapshot, write_snapshot
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot, write_snapshot
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import paper_table, spectrum_sentences, write_report
 from primal_dt.tools.runs import RunSummary, collect, data_identity, group, same_data

@@ -20,10 +20,12 @@ from conftest import scalars, train_args
 
 from primal_dt.cli import main
 from primal_dt.evaluation.rollout import EvalOptions
-from primal_dt.evaluation.service import Evaluator
+from primal_dt.evaluation.service import CheckpointRecorder
+from primal_dt.store.locks import RunLock
 from primal_dt.store.results import read_results
-from primal_dt.store.rundir import EvalRequest, RunDir, RunLock, read_snapshot, write_snapshot
-from primal_dt.tools.report import read_run
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import EvalRequest, read_snapshot, write_snapshot
+from primal_dt.tools.runs import read_run
 
 STEPS = 100
 # Checkpoints, logs and evaluations every few steps, so that kills land mid-step, mid-checkpoint
@@ -181,7 +183,9 @@ def test_a_resumed_run_prints_the_results_its_predecessor_never_printed(
     external = ('eval.service="external"', "train.eval_every=10", "eval.episodes=1")
     assert main(train_args(run_dir, 20, *external)) == 0
     assert read_results(RunDir(run_dir)) == []
-    with Evaluator(RunDir(run_dir), EvalOptions(device="cpu"), torch.device("cpu")) as evaluator:
+    with CheckpointRecorder(
+        RunDir(run_dir), EvalOptions(device="cpu"), torch.device("cpu")
+    ) as evaluator:
         assert len(evaluator.evaluate_queue()) == 2
     process = start(["train", "--resume", str(run_dir), "--steps", "25", "--no-progress"])
     output, _ = process.communicate(timeout=300)
@@ -196,7 +200,7 @@ def test_resume_of_a_run_in_use_before_its_first_checkpoint_names_the_process(
     run_dir = tmp_path / "run"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from primal_dt.store.rundir import RunDir, RunLock\n"
+         "import sys, time; from pathlib import Path; from primal_dt.store.rundir import RunDir; from primal_dt.store.locks import RunLock\n"
          f"lock = RunLock(RunDir(Path({str(run_dir)!r})), 'train').acquire()\n"
          "print('held', flush=True)\n"
          "time.sleep(60)"],
@@ -294,13 +298,13 @@ def test_a_final_evaluation_still_queued_is_waited_for_on_resume(minari_root, tm
     run = RunDir(run_dir)
     snapshot = read_snapshot(run_dir)
     write_snapshot(run.queued(10), replace(snapshot, request=EvalRequest(1, True), training=None))
-    run.results.unlink()  # the final record never came
+    run.eval_log.unlink()  # the final record never came
     process = start(["train", "--resume", str(run_dir), "--no-progress"])
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output
     assert "step 10: final evaluation over 1 episodes" in output and "3600.0" in output
     run.queued(10).write_bytes(b"not a snapshot")  # now the final evaluation fails
-    run.results.unlink()
+    run.eval_log.unlink()
     process = start(["train", "--resume", str(run_dir), "--no-progress"])
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 1, output

@@ -13,9 +13,9 @@ import torch
 from primal_dt.common.config import Config
 from primal_dt.data.episodes import ReferenceScores
 from primal_dt.store.integrity import DIGEST_KEY
-from primal_dt.store.rundir import (
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import (
     EvalRequest,
-    RunDir,
     Snapshot,
     TaskRecord,
     TrainingState,

@@ -20,21 +20,15 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 
 from primal_dt.cli import build_parser, main
-from primal_dt.common.config import load_config, named_config_path
+from primal_dt.common.loading import load_config, named_config_path
 from primal_dt.evaluation.spectrum import cumulative_spectrum, mean_cumulative_spectrum, rank_at
 from primal_dt.store.results import read_results
-from primal_dt.store.rundir import RunDir, read_snapshot
-from primal_dt.tools.report import collect, group, markdown_table
-from primal_dt.tools.sweep import (
-    GridCell,
-    SweepError,
-    SweepOptions,
-    command,
-    local_thread_env,
-    plan,
-    ray_gpus,
-    sweep_lock,
-)
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot
+from primal_dt.tools.grid import GridCell, SweepError, SweepOptions, command, plan
+from primal_dt.tools.report import markdown_table
+from primal_dt.tools.runs import collect, group
+from primal_dt.tools.sweep import local_thread_env, ray_gpus, sweep_lock
 
 # Every run: 10 steps of a tiny model, then a final evaluation of one episode.
 SETTINGS = (*TINY, "eval.final_episodes=1", "eval.targets=[1800.0]")

@@ -22,7 +22,8 @@ from primal_dt.cli import main
 from primal_dt.evaluation.rollout import load_policy, make_jobs, rollout
 from primal_dt.evaluation.video import headless_rendering, mp4_writer, read_frames
 from primal_dt.store.results import read_results
-from primal_dt.store.rundir import RunDir, read_snapshot
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot
 
 
 def test_a_rendered_episode_is_an_mp4_with_the_same_return(tmp_path) -> None:

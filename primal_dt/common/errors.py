@@ -21,7 +21,7 @@ class PrimalDTError(Exception):
     """Bad input or a missing resource, with a message that says how to fix it."""
 
     exit_code = 2
-    label = "error"  # how the command line introduces the message: "primal-dt: error: ..."
+    prefix = "error"  # how the command line introduces the message: "primal-dt: error: ..."
 
 
 class ConfigError(PrimalDTError):

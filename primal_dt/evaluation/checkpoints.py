@@ -19,12 +19,8 @@ from primal_dt.evaluation.rollout import (
     plan_evaluation,
 )
 from primal_dt.store.results import EvalRecord
-from primal_dt.store.rundir import (
-    checkpoints_to_evaluate,
-    folder_of,
-    read_snapshot,
-    unsealed_note,
-)
+from primal_dt.store.rundir import folder_of
+from primal_dt.store.snapshots import checkpoints_to_evaluate, read_snapshot, unsealed_note
 
 
 def evaluate_checkpoint(

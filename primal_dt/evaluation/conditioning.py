@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from primal_dt.common.errors import ConfigError
+from primal_dt.store.atomic import atomic_write
 from primal_dt.store.results import EvalRecord
-from primal_dt.store.rundir import RunDir, atomic_write
+from primal_dt.store.rundir import RunDir
 
 
 def targets_between(text: str) -> list[float]:

@@ -6,7 +6,7 @@
     evaluator.finish(say)        wait for what was submitted; the final evaluation's record
 
 Every evaluator records into the run directory (eval.jsonl, TensorBoard, best.pt: service.py's
-Evaluator), and collect reads eval.jsonl back, so what is printed is what was recorded. `shown`
+CheckpointRecorder), and collect reads eval.jsonl back, so what is printed is what was recorded. `shown`
 counts the records printed, which checkpoints keep: a resumed run prints those its predecessor
 never did. make_evaluator picks the implementation from eval.service:
 
@@ -33,9 +33,11 @@ from primal_dt.common.config import Config
 from primal_dt.common.cpu import evaluation_threads
 from primal_dt.common.device import resolve_device
 from primal_dt.evaluation.rollout import EvalOptions
-from primal_dt.evaluation.service import Evaluator, queue_snapshot, serve
+from primal_dt.evaluation.service import CheckpointRecorder, queue_snapshot, serve
+from primal_dt.store.locks import RunLock
 from primal_dt.store.results import EvalRecord, ResultsTail, describe, final_missing
-from primal_dt.store.rundir import RunDir, RunLock, Snapshot
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import Snapshot
 
 Say = Callable[[str], None]
 
@@ -131,12 +133,14 @@ class InlineEvaluator(RunEvaluator):
     def __init__(self, run: RunDir, options: EvalOptions, device: torch.device) -> None:
         super().__init__(run, options, device)
         self.locks = [RunLock(run, "eval")]
-        self._evaluator: Evaluator | None = None
+        self._evaluator: CheckpointRecorder | None = None
         self._pending_notes: list[str] = []
 
     def __enter__(self) -> InlineEvaluator:
         super().__enter__()
-        self._evaluator = Evaluator(self.run, self.options, self.device, self._pending_notes.append)
+        self._evaluator = CheckpointRecorder(
+            self.run, self.options, self.device, self._pending_notes.append
+        )
         with isolated_from_training(self.device):
             self._evaluator.evaluate_queue()
         return self
@@ -220,7 +224,7 @@ class BackgroundEvaluator(RunEvaluator):
             say(note)
         if self._process.exitcode != 0 and self.run.queued_snapshots():
             say("evaluation process failed; evaluating the rest here")
-            with Evaluator(self.run, self.options, self.device, say) as evaluator:
+            with CheckpointRecorder(self.run, self.options, self.device, say) as evaluator:
                 evaluator.evaluate_queue()
 
 

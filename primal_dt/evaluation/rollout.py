@@ -27,7 +27,7 @@ from primal_dt.common.errors import CheckpointError, ConfigError
 from primal_dt.evaluation.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
 from primal_dt.method.model import DecisionTransformer, evaluating
 from primal_dt.store.results import EvalRecord, TargetSummary, target_score
-from primal_dt.store.rundir import Snapshot, TaskRecord
+from primal_dt.store.snapshots import Snapshot, TaskRecord
 
 
 def make_vector(

@@ -1,7 +1,7 @@
-"""Recording evaluations of a run: the Evaluator, and the processes that drive it from the
+"""Recording evaluations of a run: the CheckpointRecorder, and the processes that drive it from the
 run's file queue.
 
-The Evaluator evaluates a snapshot (plan_evaluation decides how), appends the record to
+The CheckpointRecorder evaluates a snapshot (plan_evaluation decides how), appends the record to
 RUN_DIR/eval.jsonl, logs its scalars (and videos, and the attention spectrum) to TensorBoard in
 the same run at the snapshot's step, and keeps the best policy as best.pt; a snapshot that cannot
 be evaluated gives an error record instead. What it could not log goes to its `log`.
@@ -38,6 +38,7 @@ from primal_dt.evaluation.rollout import (
 )
 from primal_dt.evaluation.video import gif_summary, read_frames, video_target_and_seed
 from primal_dt.method.model import DecisionTransformer
+from primal_dt.store.locks import RunLock
 from primal_dt.store.results import (
     EvalRecord,
     append_result,
@@ -45,14 +46,8 @@ from primal_dt.store.results import (
     read_results,
     target_score,
 )
-from primal_dt.store.rundir import (
-    RunDir,
-    RunLock,
-    Snapshot,
-    read_snapshot,
-    step_of,
-    write_snapshot,
-)
+from primal_dt.store.rundir import RunDir, step_of
+from primal_dt.store.snapshots import Snapshot, read_snapshot, write_snapshot
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
@@ -64,7 +59,7 @@ def queue_snapshot(run: RunDir, snapshot: Snapshot) -> Path:
     return path
 
 
-class Evaluator:
+class CheckpointRecorder:
     """Evaluates the checkpoints of one run directory and records what it finds: eval.jsonl,
     TensorBoard scalars and spectrum images at each checkpoint's step, and best.pt. A context
     manager: leaving it closes its TensorBoard writer."""
@@ -81,7 +76,7 @@ class Evaluator:
         scores = [score for r in read_results(run) if (score := target_score(r)) is not None]
         self._best = max(scores, default=-math.inf)
 
-    def __enter__(self) -> Evaluator:
+    def __enter__(self) -> CheckpointRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -221,7 +216,7 @@ def serve(
     yield_cpu()
     device = resolve_device(options.device, "eval.device")
     evaluation_threads(device.type)
-    with Evaluator(RunDir(Path(run_dir)), options, device, notes.put) as ev:
+    with CheckpointRecorder(RunDir(Path(run_dir)), options, device, notes.put) as ev:
         while os.getppid() == parent:
             finishing = finish.is_set()
             ev.evaluate_queue()
@@ -251,7 +246,7 @@ def watch(
     evaluation_threads(device.type)
     log(f"watching {run_dir} for checkpoints (Ctrl-C stops)")
     try:
-        with Evaluator(RunDir(run_dir), options, device, log) as evaluator:
+        with CheckpointRecorder(RunDir(run_dir), options, device, log) as evaluator:
             while not stop():
                 records = evaluator.evaluate_queue() + evaluator.evaluate_new_checkpoints()
                 for record in records:

@@ -25,7 +25,9 @@ from torch import Tensor, nn
 from primal_dt.data.episodes import Batch, WindowSampler, load_task_data
 from primal_dt.method.model import Block, DecisionTransformer, evaluating
 from primal_dt.method.registry import attention_label
-from primal_dt.store.rundir import RunDir, Snapshot, atomic_write
+from primal_dt.store.atomic import atomic_write
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import Snapshot
 
 WINDOWS_SEED = 2305_19798  # the paper's arXiv number: any constant, the same for every run
 NUM_WINDOWS = 128

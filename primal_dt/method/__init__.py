@@ -3,13 +3,13 @@ and loss of Primal-Attention, and the Decision Transformer built from them."""
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.method.attention import (
-    CausalSelfAttention,
     PrimalAttention,
+    SoftmaxAttention,
     ksvd_loss,
     ksvd_objective,
 )
 from primal_dt.method.cosformer import CosformerAttention
-from primal_dt.method.flowformer import FlowAttention
+from primal_dt.method.flowformer import FlowformerAttention
 from primal_dt.method.linear_attention import LinearAttention
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.performer import PerformerAttention
@@ -18,10 +18,10 @@ from primal_dt.method.registry import ATTENTIONS, build_attention
 
 __all__ = [
     "ATTENTIONS",
-    "CausalSelfAttention",
+    "SoftmaxAttention",
     "CosformerAttention",
     "DecisionTransformer",
-    "FlowAttention",
+    "FlowformerAttention",
     "LinearAttention",
     "ModelConfig",
     "PerformerAttention",

@@ -96,7 +96,7 @@ def explicit_attention(
     return torch.matmul(dropout(probs, dropout_p, dropout_p > 0.0), v)
 
 
-class CausalSelfAttention(ProjectedAttention):
+class SoftmaxAttention(ProjectedAttention):
     """Multi-head causal softmax attention over the real tokens of each prefix.
 
     scaled_dot_product_attention on CUDA, its computation written out on a CPU
@@ -254,6 +254,7 @@ class PrimalAttention(AttentionLayer):
 
     label = "Primal"
     settings_class = PrimalSettings
+    aux_loss_name = "ksvd_loss"
     reads_every_token = True  # J counts every real token, the last action token included
 
     def __init__(

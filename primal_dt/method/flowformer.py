@@ -57,7 +57,7 @@ def flows(queries: Tensor, keys: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, 
     return to_sink, allocation, competition
 
 
-class FlowAttention(ProjectedAttention):
+class FlowformerAttention(ProjectedAttention):
     """Causal Flow-Attention, steps F1-F5 of the module docstring."""
 
     label = "Flowformer"

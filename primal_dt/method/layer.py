@@ -19,7 +19,8 @@ an empty input is a ValueError naming what is expected rather than an error deep
 
 The auxiliary loss is a per-sequence term (B,) whose batch mean the model averages over the blocks
 that have one and adds, weighted by train.ksvd_weight, to the action loss; None for a layer without
-one. Primal-Attention's is its KSVD loss J^2 (attention.py); no other attention here has one.
+one. A kind names its own (aux_loss_name, how training logs it): Primal-Attention's is its KSVD
+loss J^2, "ksvd_loss" (attention.py); no other attention here has one.
 
 Random state that a layer draws (Performer's random features, Reformer's hash rotations) lives in
 buffers, so that checkpoints carry it, and is redrawn only by `redraw(step)`, a function of the
@@ -131,6 +132,9 @@ class AttentionLayer(nn.Module):
     # raises ValueError("<field> must ..."); None for a kind without settings. The registry fills
     # it from the config (registry.kind_settings) and hands it to from_config.
     settings_class: ClassVar[type[Any] | None] = None
+    # How training logs this kind's auxiliary loss (train/<name>); the model's is its blocks' one
+    # name where they agree (DecisionTransformer.aux_loss_name).
+    aux_loss_name: ClassVar[str | None] = None  # None: the kind has no auxiliary loss
     # Whether the auxiliary loss reads every token: the model then keeps the last action token
     # up to this block (model.py), since its loss counts it.
     reads_every_token: ClassVar[bool] = False

@@ -95,6 +95,14 @@ class DecisionTransformer(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         readers = [i for i, block in enumerate(blocks) if block.attn.reads_every_token]
         self.last_action_read_until = max(readers, default=-1)  # the last block that reads a_K
+        # The auxiliary loss's name in the logs: its kind's where every block with one agrees
+        # (Primal's KSVD loss), a generic one where kinds with different ones are mixed. A model
+        # without any keeps Primal's name (its loss is zero), so that DT and Primal-DT runs plot
+        # on one chart.
+        names = {name for block in blocks if (name := type(block.attn).aux_loss_name) is not None}
+        self.aux_loss_name = (
+            names.pop() if len(names) == 1 else "aux_loss" if names else "ksvd_loss"
+        )
         self.ln_f = nn.LayerNorm(dim)
         self.predict_action = nn.Sequential(nn.Linear(dim, act_dim), nn.Tanh())
         self.apply(_init_weights)

@@ -11,11 +11,12 @@ import dataclasses
 import typing
 from typing import Any
 
-from primal_dt.common.config import ModelConfig, check_type
+from primal_dt.common.config import ModelConfig
 from primal_dt.common.errors import ConfigError, did_you_mean
-from primal_dt.method.attention import CausalSelfAttention, PrimalAttention
+from primal_dt.common.loading import check_type
+from primal_dt.method.attention import PrimalAttention, SoftmaxAttention
 from primal_dt.method.cosformer import CosformerAttention
-from primal_dt.method.flowformer import FlowAttention
+from primal_dt.method.flowformer import FlowformerAttention
 from primal_dt.method.layer import AttentionLayer
 from primal_dt.method.linear_attention import LinearAttention
 from primal_dt.method.performer import PerformerAttention
@@ -41,13 +42,13 @@ def register(kind: str, cls: type[AttentionLayer]) -> None:
     ATTENTIONS[kind] = cls
 
 
-register("softmax", CausalSelfAttention)
+register("softmax", SoftmaxAttention)
 register("primal", PrimalAttention)
 register("linear", LinearAttention)
 register("reformer", ReformerAttention)
 register("performer", PerformerAttention)
 register("cosformer", CosformerAttention)
-register("flowformer", FlowAttention)
+register("flowformer", FlowformerAttention)
 
 
 def attention_class(kind: str) -> type[AttentionLayer]:

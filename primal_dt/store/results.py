@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from primal_dt.data.episodes import ReferenceScores
-from primal_dt.store.rundir import RunDir, atomic_write
+from primal_dt.store.atomic import atomic_write
+from primal_dt.store.rundir import RunDir
 
 
 @dataclass
@@ -96,7 +97,7 @@ def target_score(record: EvalRecord) -> float | None:
 
 def read_results(run: RunDir) -> list[EvalRecord]:
     """Every record in eval.jsonl; a line cut short by a crash is skipped."""
-    return _parse(run.results.read_bytes()) if run.results.exists() else []
+    return _parse(run.eval_log.read_bytes()) if run.eval_log.exists() else []
 
 
 def _parse(data: bytes) -> list[EvalRecord]:
@@ -122,7 +123,7 @@ def append_result(run: RunDir, record: EvalRecord) -> None:
     disk has no room for raises OSError and leaves nothing: never a line cut short, which the next
     record would be glued onto."""
     line = (json.dumps(record.to_dict()) + "\n").encode()
-    fd = os.open(run.results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(run.eval_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     written = 0
     try:
         while written < len(line):  # a full disk takes what fits: the next write says why
@@ -133,20 +134,20 @@ def append_result(run: RunDir, record: EvalRecord) -> None:
     except OSError as err:
         if written:
             os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - written)
-        raise OSError(err.errno, err.strerror, str(run.results)) from None
+        raise OSError(err.errno, err.strerror, str(run.eval_log)) from None
     finally:
         os.close(fd)
 
 
 def drop_results_after(run: RunDir, step: int) -> None:
     """A resumed run trains those steps again, and their evaluations with them."""
-    if run.results.exists():
+    if run.eval_log.exists():
         records = read_results(run)
         kept = [r for r in records if r.step <= step]
         if len(kept) == len(records):
             return  # nothing after the checkpoint: the file stays as it was
         text = "".join(json.dumps(r.to_dict()) + "\n" for r in kept)
-        atomic_write(run.results, lambda file: file.write(text.encode()))
+        atomic_write(run.eval_log, lambda file: file.write(text.encode()))
 
 
 class ResultsTail:
@@ -154,7 +155,7 @@ class ResultsTail:
     first `shown` records count as handed out already (None: all the file holds now)."""
 
     def __init__(self, run: RunDir, shown: int | None = None) -> None:
-        self.path, self.offset = run.results, 0
+        self.path, self.offset = run.eval_log, 0
         present = self._read()
         self.shown = len(present) if shown is None else min(shown, len(present))
         self._unshown = present[self.shown :]

@@ -36,15 +36,13 @@ from primal_dt.tools.paired import sentence as paired_sentence
 from primal_dt.tools.paper import PaperScores, paper_scores
 from primal_dt.tools.runs import (
     Behaviour,
-    ReportError,
     Row,
     RunSummary,
     SameData,
     behaviour_scores,
     collect,
-    distinct,
+    count_once,
     group,
-    read_run,
     same_data,
     task_datasets,
     unique,
@@ -75,18 +73,6 @@ from primal_dt.tools.statistics import (
     simulated_coverage,
     t_interval,
 )
-
-__all__ = [
-    "ReportError",
-    "aggregates",
-    "collect",
-    "group",
-    "markdown_table",
-    "paper_scores",
-    "read_run",
-    "spectrum_table",
-    "write_report",
-]
 
 NO_INTERVAL = "none: 1 seed (an interval needs at least 2)"
 NO_TRAINING_EVALUATIONS = "no evaluations during training"
@@ -632,7 +618,7 @@ def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Pat
     text and the paths written. Also refreshes RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
     out = out or runs_dir / "report"
     found = collect(runs_dir, skip=out)
-    counted_once, left_out = distinct(found)
+    counted_once, left_out = count_once(found)
     out.mkdir(parents=True, exist_ok=True)
     same = same_data(task_datasets(counted_once))
     rows = group(counted_once, {s.task for s in same})

@@ -22,7 +22,9 @@ from primal_dt.data.tasks import Task, load_envs
 from primal_dt.evaluation.conditioning import read_curve
 from primal_dt.store.dashboards import read_scalars
 from primal_dt.store.results import EvalRecord, read_results, target_score
-from primal_dt.store.rundir import RunDir, find_runs, read_run_config, read_snapshot, run_dir_name
+from primal_dt.store.runconfig import read_run_config
+from primal_dt.store.rundir import RunDir, find_runs, run_dir_name
+from primal_dt.store.snapshots import read_snapshot
 
 
 class ReportError(PrimalDTError):
@@ -154,7 +156,7 @@ def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> l
     return summaries
 
 
-def distinct(summaries: list[RunSummary]) -> tuple[list[RunSummary], list[RunSummary]]:
+def count_once(summaries: list[RunSummary]) -> tuple[list[RunSummary], list[RunSummary]]:
     """(the runs to count, the duplicates left out): of the runs of one (task, config, seed), the
     one trained furthest (its checkpoint's step, then a final evaluation) is counted, the first by
     path among equals; it gets a note naming the folders of the others."""
@@ -318,7 +320,7 @@ def _behaviour(task: str, ids: list[str], reference: ReferenceScores | None) -> 
 
 
 def dataset_provenance(dataset_id: str) -> dict[str, Any] | None:
-    """The "provenance" a dataset made by primal-dt datasets make records (data/datasets.py), or
+    """The "provenance" a dataset made by primal-dt datasets make records (data/recipes.py), or
     None: not made by primal-dt, or not on this machine."""
     if find_dataset(dataset_id) is None:
         return None

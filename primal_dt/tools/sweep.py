@@ -1,20 +1,12 @@
-"""`primal-dt sweep`: a grid of tasks x configs x seeds, each cell trained into the ordinary run
-directory RUNS_DIR/<task>/<config>-s<seed> by its own `primal-dt train` subprocess.
-
-Planning checks everything before anything is written into RUNS_DIR: the tasks, configs and --set
-keys, each cell's directory (a checkpoint of another experiment there is refused, naming the
-setting that differs) and, with --ray, the cluster's GPUs. Each cell gets an action from what its
-directory holds: start (no checkpoint; what a failed start left is removed first), resume (a
-checkpoint short of its steps), evaluate (at its steps, without its final evaluation) or finished
-(skipped), so a sweep started again carries on where it stopped. A start is `primal-dt train --env
---config --run-dir` with the cell's settings as --set overrides (option_overrides, the mapping the
-command line uses); resume and evaluate are `primal-dt train --resume RUN_DIR --steps N`.
+"""`primal-dt sweep`: the grid that grid.py plans, each cell trained into the ordinary run directory
+RUNS_DIR/<task>/<config>-s<seed> by its own `primal-dt train` subprocess.
 
 Here, up to --parallel runs train at once (the models are small, so several share one GPU), each
 with usable cores // --parallel threads (at least one). With --ray ADDRESS every run is a Ray task
 on that cluster asking for --cpus-per-run CPUs (and as many threads) and --gpus-per-run GPUs, by
 default GPUS_PER_CUDA_RUN when the runs train on CUDA and none when they train on CPUs; RUNS_DIR
-must then be a folder every node sees. One sweep at a time holds a runs directory's lock.
+must then be a folder every node sees, and the cluster's GPUs are checked before anything is
+written. One sweep at a time holds a runs directory's lock.
 
 Each run writes its output to RUN_DIR/train.log. A run is finished when its ckpt.pt is at its
 steps and eval.jsonl has its final evaluation (or eval.final_episodes is 0); its curves are then
@@ -30,45 +22,27 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from primal_dt.common.config import Config, load_config, named_config_path, option_overrides
 from primal_dt.common.cpu import usable_cores
 from primal_dt.common.errors import PrimalDTError, first_line
 from primal_dt.common.signals import sigterm_interrupts
-from primal_dt.data.tasks import resolve_task
-from primal_dt.method.registry import check_kinds
-from primal_dt.store.results import final_missing, read_results, target_score
-from primal_dt.store.rundir import RunDir, lock_file, read_snapshot, run_dir_name
-
-# Settings that change how a run is executed, not what it computes: a sweep may differ in these
-# from the runs it finds (e.g. resumed on another device, or asked to go to more steps).
-MECHANICS = {
-    "train": {
-        "steps",
-        "device",
-        "compile",
-        "log_every",
-        "ckpt_every",
-        "keep_checkpoints",
-        "threads",
-    },
-    "eval": {"device", "workers", "service"},
-    "data": {"download"},
-}
-
-# What a run training on CUDA asks Ray for where --gpus-per-run is not given: 4 runs share a GPU.
-GPUS_PER_CUDA_RUN = 0.25
-
-
-class SweepError(PrimalDTError):
-    """A sweep that cannot start: a bad option, or a run directory holding another experiment."""
+from primal_dt.store.locks import lock_file
+from primal_dt.store.results import read_results, target_score
+from primal_dt.store.rundir import RunDir
+from primal_dt.tools.grid import (
+    GPUS_PER_CUDA_RUN,
+    GridCell,
+    SweepError,
+    SweepOptions,
+    command,
+    plan,
+    with_action,
+)
 
 
 class SweepFailed(PrimalDTError):
@@ -81,154 +55,6 @@ class SweepInterrupted(PrimalDTError):
     """SIGINT/SIGTERM: the runs were stopped with their checkpoints saved."""
 
     exit_code = 130
-
-
-@dataclass
-class SweepOptions:
-    tasks: list[str]
-    seeds: list[int]
-    configs: list[str]
-    runs_dir: Path = Path("runs")
-    parallel: int = 1
-    steps: int | None = None
-    device: str | None = None
-    final_episodes: int | None = None
-    offline: bool = False
-    overrides: list[str] = field(default_factory=list)
-    ray_address: str | None = None
-    gpus_per_run: float | None = None  # None: GPUS_PER_CUDA_RUN for runs on CUDA, 0 on CPUs
-    cpus_per_run: int = 1
-
-    def validate(self) -> SweepOptions:
-        for name in ("tasks", "seeds", "configs"):
-            if not getattr(self, name):
-                raise SweepError(f"--{name} is empty; give a comma-separated list")
-        bad = [seed for seed in self.seeds if not 0 <= seed < 2**32]  # train.seed's range
-        if bad:
-            raise SweepError(f"--seeds must be in 0..{2**32 - 1}, got {bad[0]}")
-        if self.parallel < 1:
-            raise SweepError(f"--parallel must be >= 1, got {self.parallel}")
-        if (self.gpus_per_run or 0) < 0 or self.cpus_per_run < 1:
-            raise SweepError("--gpus-per-run must be >= 0 and --cpus-per-run >= 1")
-        return self
-
-
-def parse_list(text: str, option: str, kind: Callable[[str], Any] = str) -> list[Any]:
-    """'a,b,,c' -> [a, b, c], duplicates dropped; a bad item names the option."""
-    items = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            value = kind(part)
-        except ValueError:
-            raise SweepError(f"{option}: {part!r} is not valid (e.g. {option} 0,1,2)") from None
-        if value not in items:
-            items.append(value)
-    return items
-
-
-@dataclass(frozen=True)
-class GridCell:
-    """One cell of the grid and what the sweep has to do with it."""
-
-    task: str
-    config: str  # the config's name (file stem), used in the directory name
-    config_arg: str  # how to pass it to `primal-dt train --config`
-    seed: int
-    run_dir: RunDir
-    steps: int
-    overrides: list[str]  # the run's settings as --set overrides
-    device: str = "auto"  # train.device it trains on: the sweep's, or its checkpoint's if resumed
-    action: str = "start"  # start | resume | evaluate (resume for the final evaluation) | finished
-    from_step: int = 0
-
-    @property
-    def name(self) -> str:
-        return str(run_dir_name(self.task, self.config, self.seed))
-
-
-def _difference(saved: Config, wanted: Config) -> str | None:
-    """The first setting (outside MECHANICS) where a saved run's config differs from the sweep's."""
-    old_values, new_values = saved.to_dict(), wanted.to_dict()
-    for section, values in new_values.items():
-        if not isinstance(values, dict) or section == "primal_rank_by_task":
-            if old_values[section] != values:
-                return f"{section} = {old_values[section]!r} (the sweep asks for {values!r})"
-            continue
-        for key, value in values.items():
-            old = old_values[section][key]
-            if (section, key, value) == ("train", "precision", "auto"):
-                continue  # a run records what "auto" resolved to where it started, and keeps it
-            if key not in MECHANICS.get(section, ()) and old != value:
-                return f"{section}.{key} = {old!r} (the sweep asks for {value!r})"
-    return None
-
-
-def with_action(cell: GridCell, config: Config | None = None) -> GridCell:
-    """The cell with its action decided from what its directory holds (a new object; cell is left
-    as it was); with config, also check that the run found there is the experiment the sweep asks
-    for."""
-    if not cell.run_dir.checkpoint.exists():
-        return replace(cell, action="start")
-    snapshot = read_snapshot(cell.run_dir.checkpoint)
-    if config is not None:
-        differs = _difference(snapshot.config, config)
-        if differs is not None:
-            raise SweepError(
-                f"{cell.run_dir} holds a run with {differs}; remove that directory or use another "
-                f"--runs-dir"
-            )
-    if snapshot.step < cell.steps:
-        action = "resume"
-    elif not final_missing(cell.run_dir, snapshot.step, snapshot.config.eval.final_episodes):
-        action = "finished"
-    else:
-        action = "evaluate"
-    device = snapshot.config.train.device
-    return replace(cell, action=action, from_step=snapshot.step, device=device)
-
-
-def plan(options: SweepOptions) -> list[GridCell]:
-    """Every cell of the grid, seed by seed (so a partial sweep covers every task), checked now:
-    unknown tasks, configs and --set keys fail before anything starts."""
-    for task in options.tasks:
-        resolve_task(task)
-    configs = {}
-    for given in options.configs:
-        path = named_config_path(given)
-        if path.stem in configs:
-            raise SweepError(f"--configs: two configs are named {path.stem!r}; rename one file")
-        arg = str(path.resolve()) if Path(given).suffix == ".toml" else given
-        configs[path.stem] = (path, arg)
-    cells = []
-    for seed in options.seeds:
-        for task in options.tasks:
-            for name, (path, arg) in configs.items():
-                overrides = [*options.overrides, *option_overrides(
-                    steps=options.steps, seed=seed, device=options.device,
-                    final_episodes=options.final_episodes, offline=options.offline,
-                )]  # fmt: skip
-                config = load_config(path, overrides, task)
-                check_kinds(config.model)  # kinds and their settings, before anything starts
-                run_dir = RunDir(options.runs_dir.resolve() / run_dir_name(task, name, seed))
-                steps, device = config.train.steps, config.train.device
-                cell = GridCell(task, name, arg, seed, run_dir, steps, overrides, device)
-                cells.append(with_action(cell, config))
-    return cells
-
-
-def command(cell: GridCell, options: SweepOptions) -> list[str]:
-    """The `primal-dt train` command line that does the cell's action: the one place a cell
-    becomes train's arguments (tests/test_sweep.py parses them back with the CLI's parser)."""
-    train = [sys.executable, "-m", "primal_dt.cli", "train", "--no-progress"]
-    if cell.action in ("resume", "evaluate"):
-        offline = ["--offline"] if options.offline else []
-        return [*train, "--resume", str(cell.run_dir), "--steps", str(cell.steps), *offline]
-    train += ["--env", cell.task, "--config", cell.config_arg, "--run-dir", str(cell.run_dir)]
-    for setting in cell.overrides:
-        train += ["--set", setting]
-    return train
 
 
 def thread_env(threads: int) -> dict[str, str]:

@@ -27,22 +27,12 @@ from primal_dt.data.tasks import Task
 from primal_dt.evaluation.evaluators import make_evaluator
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import check_kinds
+from primal_dt.store.atomic import atomic_copy
+from primal_dt.store.locks import RunLock
 from primal_dt.store.results import drop_results_after, final_missing
-from primal_dt.store.rundir import (
-    RunConfig,
-    RunDir,
-    RunLock,
-    Snapshot,
-    atomic_copy,
-    folder_of,
-    read_run_config,
-    read_snapshot,
-    run_dir_name,
-    run_of,
-    step_of,
-    unsealed_note,
-    write_run_config,
-)
+from primal_dt.store.runconfig import RunConfig, read_run_config, write_run_config
+from primal_dt.store.rundir import RunDir, folder_of, run_dir_name, run_of, step_of
+from primal_dt.store.snapshots import Snapshot, read_snapshot, unsealed_note
 from primal_dt.training.compiling import compile_model
 from primal_dt.training.trainer import Trainer
 

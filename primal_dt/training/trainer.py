@@ -31,16 +31,16 @@ from primal_dt.common.signals import StopSignals
 from primal_dt.data.episodes import Batch, TaskData, WindowSampler
 from primal_dt.evaluation.evaluators import RunEvaluator
 from primal_dt.method.model import DecisionTransformer
+from primal_dt.store.atomic import atomic_copy
 from primal_dt.store.dashboards import run_layout, write_hparams
+from primal_dt.store.locks import RunLock
 from primal_dt.store.results import EvalRecord
-from primal_dt.store.rundir import (
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import (
     EvalRequest,
-    RunDir,
-    RunLock,
     Snapshot,
     TaskRecord,
     TrainingState,
-    atomic_copy,
     write_snapshot,
 )
 from primal_dt.training.compiling import (
@@ -62,7 +62,7 @@ class TrainingDiverged(PrimalDTError):
 class TrainingInterrupted(PrimalDTError):
     """SIGINT or SIGTERM stopped the run after saving a checkpoint."""
 
-    label = "stopped"
+    prefix = "stopped"
 
     def __init__(self, message: str, signum: int) -> None:
         super().__init__(message)
@@ -212,7 +212,8 @@ class Trainer:
 
     def train_step(self, batch: Batch) -> Metrics:
         """One optimiser step; returns its metrics as device tensors (what `train/*` logs). The
-        auxiliary loss is Primal's KSVD loss (model.py), logged as train/ksvd_loss."""
+        auxiliary loss (model.py) is logged under the model's aux_loss_name (train/ksvd_loss, for
+        Primal's KSVD loss)."""
         if self.compile_pending:
             return self.first_compiled_step(batch)
         cfg = self.config.train
@@ -231,7 +232,7 @@ class Trainer:
         self.scheduler.step()
         return {
             "action_loss": act_loss.detach(),
-            "ksvd_loss": aux.detach().float(),
+            self.model.aux_loss_name: aux.detach().float(),
             "grad_norm": grad_norm.detach(),
         }
 
@@ -341,16 +342,18 @@ class Trainer:
         names = list(self.pending)
         sums = torch.stack([self.pending[name] for name in names])
         means = dict(zip(names, (sums / self.pending_count).tolist(), strict=True))
+        aux_name = self.model.aux_loss_name
         scalars = {
             **means,
-            "loss": means["action_loss"] + self.config.train.ksvd_weight * means["ksvd_loss"],
+            "loss": means["action_loss"] + self.config.train.ksvd_weight * means[aux_name],
             "lr": self.scheduler.get_last_lr()[0],
             "steps_per_sec": self.pending_count / (now - tick),
         }
         for name, value in scalars.items():
             writer.add_scalar(f"train/{name}", value, self.step)
-        bar.set_postfix(action=f"{means['action_loss']:.4f}", ksvd=f"{means['ksvd_loss']:.3g}",
-                        refresh=False)  # fmt: skip
+        postfix: dict[str, str] = {"action": f"{means['action_loss']:.4f}"}
+        postfix[aux_name.removesuffix("_loss")] = f"{means[aux_name]:.3g}"  # ksvd=...
+        bar.set_postfix(refresh=False, **postfix)  # type: ignore[arg-type]  # (no key is ordered_dict)
         self.pending, self.pending_count = {}, 0
         return now
 

@@ -1,0 +1,213 @@
+"""Configuration files and overrides: a TOML file read into the Config dataclasses (config.py),
+`--set section.key=value` overrides parsed as TOML values, and a Config saved with to_dict read
+back, each key checked against its annotated type with a message that names it. Older keys of
+[model] (config.LEGACY_SETTINGS, model.primal_blocks) are kept aside here and folded in when the
+section is validated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from primal_dt.common.config import LEGACY_SETTINGS, Config, ModelConfig
+from primal_dt.common.errors import ConfigError, did_you_mean
+from primal_dt.common.resources import resource_dir
+
+
+def check_type(value: Any, hint: Any, key: str) -> Any:
+    """Return value converted to the annotated type, or raise ConfigError naming the key."""
+    if hint is Any:
+        return value
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(hint):
+            try:
+                return check_type(value, option, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{key} has the wrong type: {value!r} is not {_type_name(hint)}")
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key} must be a list of {item.__name__}, got {value!r}")
+        return [check_type(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = typing.get_args(hint)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a table, got {value!r}")
+        return {str(k): check_type(v, item, f"{key}.{k}") for k, v in value.items()}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and isinstance(value, bool):
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
+    if not isinstance(value, hint):
+        raise ConfigError(f"{key} must be {_type_name(hint)}, got {value!r}")
+    return value
+
+
+def _type_name(hint: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    if hint in names:
+        return names[hint]
+    return str(hint).replace("typing.", "")
+
+
+def _apply(target: Any, values: dict[str, Any], prefix: str) -> None:
+    hints = typing.get_type_hints(type(target))
+    for name, value in values.items():
+        key = f"{prefix}{name}"
+        if isinstance(target, ModelConfig) and (name in LEGACY_SETTINGS or name == "primal_blocks"):
+            hint = str | list[int] if name == "primal_blocks" else Any
+            target.__dict__.setdefault("_legacy", {})[name] = check_type(value, hint, key)
+            continue  # folded in when the section is validated (_fold_legacy)
+        if isinstance(target, ModelConfig) and name == "attention_settings":
+            _forget_legacy(target, value)  # a later setting wins over an earlier older key
+        if name not in hints:
+            known = [f"{prefix}{n}" for n in hints]
+            raise ConfigError(
+                f"unknown config key {key!r}{did_you_mean(key, known)}; known keys: "
+                f"{', '.join(known)}"
+            )
+        current = getattr(target, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key} is a section; set its keys, e.g. {key}.<key>=<value>")
+            _apply(current, value, f"{key}.")
+        elif isinstance(current, dict) and isinstance(value, dict):  # tables merge, key by key
+            setattr(target, name, _merged(current, check_type(value, hints[name], key)))
+        else:
+            setattr(target, name, check_type(value, hints[name], key))
+
+
+def _forget_legacy(model: ModelConfig, tables: Any) -> None:
+    """Drop the older keys that these settings tables set anew."""
+    legacy = model.__dict__.get("_legacy", {})
+    for name, (kind, setting) in LEGACY_SETTINGS.items():
+        if isinstance(tables, dict) and setting in (tables.get(kind) or {}):
+            legacy.pop(name, None)
+
+
+def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """new over old, tables within tables merged too (--set model.attention_settings.primal.rank=8
+    keeps the file's other Primal settings)."""
+    merged = dict(old)
+    for key, value in new.items():
+        both = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merged(merged[key], value) if both else value
+    return merged
+
+
+def packaged_config_names() -> list[str]:
+    """The configs that can be named without a path: configs/*.toml, by file stem."""
+    return sorted(p.stem for p in resource_dir("configs").glob("*.toml"))
+
+
+def named_config_path(name_or_path: str) -> Path:
+    """A config given as a file path, or by name from the packaged configs/ (e.g. "dt")."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        return path
+    packaged = resource_dir("configs") / f"{name_or_path}.toml"
+    if not packaged.is_file():
+        known = packaged_config_names()
+        raise ConfigError(
+            f"unknown config {name_or_path!r}{did_you_mean(name_or_path, known)}; use a .toml "
+            f"file or one of {known}"
+        )
+    return packaged
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse 'section.key=value' with a TOML value; bare words are taken as strings."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects key=value (e.g. train.lr=3e-4), got {text!r}")
+    key, raw = (part.strip() for part in text.split("=", 1))
+    if not key:
+        raise ConfigError(f"--set expects key=value (e.g. train.lr=3e-4), got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def option_overrides(
+    *,
+    steps: int | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    final_episodes: int | None = None,
+    offline: bool = False,
+    compile: bool = False,
+) -> list[str]:
+    """The `train` options that stand for config keys, as --set overrides: the one mapping from
+    options to keys, used by `primal-dt train` and by each run of a sweep."""
+    values = {"train.steps": steps, "train.seed": seed, "train.device": device,
+              "eval.final_episodes": final_episodes,
+              "data.download": False if offline else None, "train.compile": compile or None}  # fmt: skip
+    return [f"{key}={json.dumps(value)}" for key, value in values.items() if value is not None]
+
+
+def nest(key: str, value: Any) -> dict[str, Any]:
+    """'a.b.c', v -> {'a': {'b': {'c': v}}}."""
+    result: Any = value
+    for part in reversed(key.split(".")):
+        result = {part: result}
+    return result
+
+
+# The --set keys that give the Primal rank, which then wins over primal_rank_by_task.
+RANK_KEYS = ("model.attention_settings.primal.rank", "model.primal_rank")
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    task: str | None = None,
+) -> Config:
+    """Defaults, then the TOML file, then each --set override; then the task's Primal rank from
+    primal_rank_by_task, where a block is Primal and no override gave the rank."""
+    config = Config()
+    if path is not None:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise ConfigError(f"cannot read config {path}: {err}") from err
+        _apply(config, data, "")
+    from_file = set(config.model.attention_settings)
+    parsed = [parse_override(text) for text in overrides]
+    for key, value in parsed:
+        _apply(config, nest(key, value), "")
+    config.validate()
+    if any(key == "model.attention" for key, _ in parsed):
+        _drop_replaced_settings(config.model, from_file, [key for key, _ in parsed])
+    rank_given = any(key.startswith(RANK_KEYS) for key, _ in parsed)
+    if task in config.primal_rank_by_task and config.model.primal_indices() and not rank_given:
+        primal = config.model.attention_settings.setdefault("primal", {})
+        primal["rank"] = config.primal_rank_by_task[task]
+    return config
+
+
+def _drop_replaced_settings(model: ModelConfig, from_file: set[str], keys: list[str]) -> None:
+    """--set model.attention replaces the file's kinds, and with them the file's settings of the
+    kinds no block has now (configs/primal-dt.toml --set model.attention="softmax" is the paper's
+    sizes with softmax everywhere); a table given by --set stays, to be refused if unused."""
+    given = {key.split(".")[2] for key in keys if key.startswith("model.attention_settings.")}
+    for kind in from_file - set(model.block_kinds()) - given:
+        del model.attention_settings[kind]
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Rebuild a Config saved with to_dict (checkpoints), with the same checks as a file."""
+    config = Config()
+    _apply(config, data, "")
+    return config.validate()
