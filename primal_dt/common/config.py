@@ -143,9 +143,8 @@ class TrainConfig:
     weight_decay: float = 1e-4  #: AdamW's decoupled weight decay
     warmup_steps: int = 10_000  #: linear warm-up of the learning rate from 0, then constant
     grad_clip: float = 0.25  #: the gradients' global norm is clipped to this
-    ksvd_weight: float = (
-        0.05  #: eta: weight of the auxiliary loss (Primal's KSVD loss); none without one
-    )
+    #: eta: weight of the auxiliary loss (Primal's KSVD loss); none without one
+    ksvd_weight: float = 0.05
     return_scale: float = 1000.0  #: returns-to-go are divided by this
     seed: int = 0  #: seeds weights, sampling, dropout and evaluation episodes (0..2^32-1)
     device: str = "auto"  #: "auto" (CUDA when present), "cpu", "cuda" or "cuda:N"
