@@ -47,7 +47,11 @@ def test_only_errors_that_name_a_file_of_the_cache_count_as_damage(tmp_path) -> 
 
 
 def train(run_dir: Path, cache: Path) -> subprocess.CompletedProcess:
-    args = train_args(run_dir, 3, "train.compile=true")
+    args = [
+        *train_args(run_dir, 3, "train.compile=true"),
+        "--device",
+        "cpu",
+    ]  # CPU kernels: .so files
     env = {**os.environ, CACHE_VARIABLE: str(cache)}
     return subprocess.run(
         [sys.executable, "-m", "primal_dt.cli", *args], env=env, capture_output=True, text=True

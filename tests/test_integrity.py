@@ -49,7 +49,7 @@ def flip_inside(path: Path, needle: bytes) -> None:
 
 
 def tensor_bytes(tensor: torch.Tensor) -> bytes:
-    return tensor.contiguous().view(torch.uint8).numpy().tobytes()[:64]
+    return tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()[:64]
 
 
 def parts_to_damage(payload: dict) -> dict[str, bytes]:

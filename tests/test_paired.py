@@ -60,6 +60,9 @@ def test_seeds_for_a_difference_are_the_fewest_that_reach_the_power() -> None:
         assert n is not None and t_test_power(TARGET, std, n) >= POWER
         assert n == 2 or t_test_power(TARGET, std, n - 1) < POWER
     assert seeds_for(0.0) == 2 and detectable(0.0, 5) == 0.0 and detectable(3.0, 1) is None
+    # Far out in the tail (a tiny spread), where scipy's noncentral t gives NaN: still an answer.
+    tiny = detectable(1e-9, 5)
+    assert tiny is not None and 0 < tiny < 1e-8 and t_test_power(1.0, 1e-9, 5) == 1.0
 
 
 def test_sentences_say_the_power_and_doubt_a_skewed_spread() -> None:

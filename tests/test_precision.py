@@ -108,7 +108,10 @@ def test_a_checkpoint_from_before_the_rule_keeps_the_old_meaning_of_auto(
     del payload[DIGEST_KEY]  # such a checkpoint also predates digests
     torch.save(payload, checkpoint)
     capsys.readouterr()
-    assert main(["eval", "--ckpt", str(checkpoint), "--episodes", "1", "--json"]) == 0
+    assert (
+        main(["eval", "--ckpt", str(checkpoint), "--device", "cpu", "--episodes", "1", "--json"])
+        == 0
+    )
     (record,) = json.loads(capsys.readouterr().out)
     assert record["precision"] == "fp32"
     assert main(["train", "--resume", str(run_dir), "--steps", "10", "--no-progress"]) == 0

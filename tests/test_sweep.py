@@ -199,7 +199,9 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
         ("hopper-medium", "primal-dt"), ("average", "dt"), ("average", "primal-dt")]  # fmt: skip
     for row in rows[:4]:
         assert row["seeds"] == "0 1" and row["n_final"] == "2" and "n_best" not in row
-        assert row["steps"] == "10" and row["reference_source"].startswith("D4RL reference")
+        assert row["steps"] == "10" and row["reference_source"].startswith(
+            "random -20.27, expert 3,234.30: D4RL reference"
+        )
         assert row["dataset_ids"] == f"mujoco/hopper/{row['task'].split('-')[1]}-v0"
         finals = [read_results(RunDir(runs / row["task"] / f"{row['config']}-s{s}"))[-1].score
                   for s in (0, 1)]  # fmt: skip

@@ -235,8 +235,9 @@ class ProjectedAttention(AttentionLayer):
 
 
 def new_seed() -> int:
-    """A layer's own seed, drawn from torch's generator when it is built (so from train.seed)."""
-    return int(torch.randint(2**62, (), dtype=torch.int64).item())
+    """A layer's own seed, drawn from torch's CPU generator when it is built (so from train.seed,
+    the same whatever the default device)."""
+    return int(torch.randint(2**62, (), dtype=torch.int64, device="cpu").item())
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:

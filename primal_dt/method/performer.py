@@ -44,11 +44,11 @@ def orthogonal_features(m: int, d: int, generator: torch.Generator) -> Tensor:
     """W (m, d) of step R2, float32."""
     blocks = []
     for _ in range(math.ceil(m / d)):
-        gaussian = torch.randn(d, d, generator=generator, dtype=torch.float64)
+        gaussian = torch.randn(d, d, generator=generator, dtype=torch.float64, device="cpu")
         q, _ = torch.linalg.qr(gaussian)
         blocks.append(q.T)
     rows = torch.cat(blocks)[:m]
-    norms = torch.randn(m, d, generator=generator, dtype=torch.float64).norm(dim=1)
+    norms = torch.randn(m, d, generator=generator, dtype=torch.float64, device="cpu").norm(dim=1)
     return (rows * norms[:, None]).float()
 
 
@@ -93,7 +93,7 @@ class PerformerAttention(ProjectedAttention, Redrawn):
         self.num_features = features
         self.redraw_every = redraw_every
         head_dim = embed_dim // n_head
-        self.register_buffer("features", self._draw(0, head_dim))
+        self.register_buffer("features", self._draw(0, head_dim).to(torch.get_default_device()))
 
     @classmethod
     def from_config(cls, config: ModelConfig, settings: Any = None) -> PerformerAttention:

@@ -114,7 +114,7 @@ class ReformerAttention(Redrawn):
         self.value = nn.Linear(embed_dim, embed_dim)
         self.proj = nn.Linear(embed_dim, embed_dim)
         self.resid_dropout = Dropout(dropout)
-        self.register_buffer("rotations", self._draw(0))
+        self.register_buffer("rotations", self._draw(0).to(torch.get_default_device()))
 
     @classmethod
     def from_config(cls, config: ModelConfig, settings: Any = None) -> ReformerAttention:
@@ -124,7 +124,7 @@ class ReformerAttention(Redrawn):
         )
 
     def _draw(self, step: int) -> Tensor:
-        return torch.randn(self.shape, generator=step_generator(self.seed, step))
+        return torch.randn(self.shape, generator=step_generator(self.seed, step), device="cpu")
 
     def redraw(self, step: int) -> None:
         if step > 0:

@@ -61,7 +61,10 @@ def t_test_power(difference: float, std: float, pairs: int) -> float:
     df = pairs - 1
     critical = stats.t.ppf(1 - ALPHA / 2, df)
     shift = difference * math.sqrt(pairs) / std
-    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+    power = float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+    if not math.isfinite(power):  # scipy's noncentral t gives NaN far out in the tail
+        return 1.0 if abs(shift) > critical else ALPHA
+    return power
 
 
 def detectable(std: float, pairs: int) -> float | None:
