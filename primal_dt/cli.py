@@ -226,7 +226,8 @@ def _sweep(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from primal_dt.tools.report import write_report
 
-    table, written = write_report(Path(args.runs_dir), Path(args.out) if args.out else None)
+    out = Path(args.out) if args.out else None
+    table, written = write_report(Path(args.runs_dir), out, args.baseline)
     print(table)
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
@@ -280,6 +281,12 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
     )
     report.add_argument("runs_dir", metavar="RUNS_DIR", help="e.g. the --runs-dir of a sweep")
     report.add_argument("--out", metavar="DIR", help="where to write (default RUNS_DIR/report)")
+    report.add_argument(
+        "--baseline",
+        metavar="CONFIG",
+        help="the config every other is compared with (default: the Decision Transformer, softmax "
+        "in every block and conditioned on returns, whatever its config is named)",
+    )
     report.set_defaults(func=_report)
 
 

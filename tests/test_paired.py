@@ -96,6 +96,6 @@ def test_over_tasks_the_mean_difference_and_what_it_could_detect() -> None:
     variance = np.var([1.0, 0, 0, 0, 0], ddof=1)  # only t3's differences vary
     z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
     assert over.detectable == pytest.approx(z * np.sqrt(variance / 5) / 3)
-    section = comparisons_section(rows)
+    section = comparisons_section(rows, "b")
     assert "x − b on t1: +3.0 [+3.0, +3.0] over 5 paired seeds: x scores above b" in section
     assert "x − b over 3 tasks (5 paired seeds each): +3.1" in section

@@ -32,7 +32,15 @@ from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot, write_snapshot
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import paper_table, spectrum_sentences, write_report
-from primal_dt.tools.runs import RunSummary, collect, data_identity, group, same_data
+from primal_dt.tools.runs import (
+    ReportError,
+    RunSummary,
+    baseline_config,
+    collect,
+    data_identity,
+    group,
+    same_data,
+)
 from primal_dt.tools.statistics import aggregates
 
 
@@ -571,6 +579,45 @@ def test_the_papers_table_is_data_of_its_own() -> None:
     assert "| walker2d-medium-expert | 107.7 ± 0.6 | 67.2 ± 27.3 |" in text
     assert "D4RL v2 datasets of a million steps" in text and "D4RL's reference scores" in text
     assert "- hopper-medium: DT 64.2 ± 1.1" in text and "ant-medium" not in text
+
+
+def test_the_baseline_is_the_decision_transformer_whatever_its_name() -> None:
+    """DT is found by what it is (softmax in every block, conditioned on returns), not by its
+    config's name; behaviour cloning with the same network is not DT; --baseline chooses."""
+
+    def run(config: str, kinds: list[str], conditioned: bool = True) -> RunSummary:
+        return RunSummary(Path(config), "hopper-medium", config, 0, 10, kinds, conditioned)
+
+    softmax, last_primal = ["softmax"] * 3, ["softmax", "softmax", "primal"]
+    matched = [run("matched-primal", last_primal), run("matched-bc", softmax, False),
+               run("matched-softmax", softmax), run("matched-linear", ["linear"] * 3)]  # fmt: skip
+    assert baseline_config(matched) == "matched-softmax"
+    assert baseline_config([*matched, run("my-dt", softmax)]) == "matched-softmax"  # first by name
+    assert baseline_config(matched[:2]) == "matched-bc"  # no DT: the first config by name
+    assert baseline_config(matched, "matched-primal") == "matched-primal"
+    assert baseline_config([]) is None
+    with pytest.raises(ReportError, match=r"--baseline matched-primall: no run here has that "
+                       r"config \(did you mean 'matched-primal'\?\); the configs here: "):  # fmt: skip
+        baseline_config(matched, "matched-primall")
+
+
+def test_report_baseline_on_the_command_line(trained: Path, tmp_path: Path, capsys) -> None:
+    runs = tmp_path / "runs"
+    for config in ("dt", "primal-dt"):
+        for seed, score in enumerate(SCORES5["hopper-medium", config]):
+            place(trained, runs / f"{config}-{seed}", config, seed, score=score)
+    capsys.readouterr()
+    assert main(["report", str(runs), "--baseline", "primal_dt"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "primal-dt: error: --baseline primal_dt: no run here has that config (did you mean "
+        "'primal-dt'?); the configs here: dt, primal-dt"
+    ]
+    assert not (runs / "report").exists()  # nothing written
+    assert main(["report", str(runs), "--baseline", "primal-dt"]) == 0
+    report = (runs / "report" / "report.md").read_text()
+    assert "Every config against primal-dt (the baseline" in report
+    assert "- dt − primal-dt on hopper-medium: " in report
 
 
 def _spectrum_run(config: str, seed: int, kinds: list[str], ranks: list[int]) -> RunSummary:

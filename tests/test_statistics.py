@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from primal_dt.tools.statistics import (
-    baseline_config,
     compare_intervals,
     compare_ranks,
     simulated_coverage,
@@ -82,9 +81,6 @@ def test_interval_sentences() -> None:
     assert touching.startswith("No difference")  # a shared end point is an overlap
     one_seed = compare_intervals("t", "a", None, "dt", (40.0, 55.0))
     assert one_seed == "a against dt on t: no comparison, a has fewer than 2 seeds (no interval)."
-    assert baseline_config(["primal-dt", "dt", "linear-dt"]) == "dt"
-    assert baseline_config(["primal-dt", "linear-dt"]) == "linear-dt"  # no dt: first by name
-    assert baseline_config([]) is None
 
 
 def test_rank_sentences() -> None:

@@ -39,6 +39,7 @@ from primal_dt.tools.runs import (
     Row,
     RunSummary,
     SameData,
+    baseline_config,
     behaviour_scores,
     collect,
     count_once,
@@ -62,7 +63,6 @@ from primal_dt.tools.statistics import (
     Aggregate,
     Improvement,
     aggregates,
-    baseline_config,
     compare_intervals,
     compare_ranks,
     improvement,
@@ -237,18 +237,19 @@ def write_csv(rows: list[Row], path: Path, behaviour: dict[str, Behaviour] | Non
     return path
 
 
-def comparisons_section(rows: list[Row]) -> str:
-    """Per task, a sentence for every config against the baseline config (baseline_config): from
+def comparisons_section(rows: list[Row], baseline: str | None) -> str:
+    """Per task, a sentence for every config against the baseline config (runs.baseline_config): from
     the paired differences of the seeds both ran (paired.py), with the study's power there; from
     the overlap of the two configs' own intervals where no two seeds pair. Then, per config, the
     mean paired difference over tasks, under a heading of its own."""
     configs = unique([row.config for row in rows if row.task != "average"])
-    baseline = baseline_config(configs)
     lines = ["## Comparisons per task", ""]
     if baseline is None or len(configs) < 2:
         return "\n".join([*lines, "One config only: nothing to compare."])
     lines += [
-        f"Every config against {baseline} on each task both ran. Runs of the same seed share "
+        f"Every config against {baseline} (the baseline: `primal-dt report --baseline`, by default "
+        "the Decision Transformer, softmax in every block and conditioned on returns) on each task "
+        "both ran. Runs of the same seed share "
         "their data order and evaluation episodes, so the comparison is seed by seed: the mean "
         "of the paired differences (config − baseline, normalised points) with its Student's t "
         f"95% interval; a difference is claimed only where that interval excludes 0. Beside it, "
@@ -313,7 +314,7 @@ def _coverage(shape: tuple[int, int]) -> str:
 
 
 def aggregates_section(
-    rows: list[Row], same: Sequence[SameData] = ()
+    rows: list[Row], baseline: str | None, same: Sequence[SameData] = ()
 ) -> tuple[str, list[Aggregate]]:
     """report.md's aggregates: a table of METRICS per config with the simulated coverage of its
     intervals, the probabilities of improvement over the baseline config, and what could not be
@@ -356,7 +357,6 @@ def aggregates_section(
         lines.append("")
     configs = unique([row.config for row in rows if row.task != "average"])
     missing = {c: has for c in configs if (has := shortfall(rows, c, exclude)) is not None}
-    baseline = baseline_config(configs)
     others = [c for c in configs if c != baseline]
     betters = [improvement(rows, c, baseline, exclude) for c in others if baseline is not None]
     if not found and all(isinstance(b, str) for b in betters):
@@ -613,19 +613,23 @@ def _notes(counted: list[RunSummary], rows: list[Row], same: Sequence[SameData])
     return notes
 
 
-def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Path]]:
-    """Write the report's files into out (default RUNS_DIR/report); returns the per-task table's
-    text and the paths written. Also refreshes RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
+def write_report(
+    runs_dir: Path, out: Path | None = None, baseline: str | None = None
+) -> tuple[str, list[Path]]:
+    """Write the report's files into out (default RUNS_DIR/report), every config compared with
+    baseline (default: runs.baseline_config's choice); returns the per-task table's text and the
+    paths written. Also refreshes RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
     out = out or runs_dir / "report"
     found = collect(runs_dir, skip=out)
     counted_once, left_out = count_once(found)
+    baseline = baseline_config(counted_once, baseline)  # a wrong --baseline: before any write
     out.mkdir(parents=True, exist_ok=True)
     same = same_data(task_datasets(counted_once))
     rows = group(counted_once, {s.task for s in same})
     behaviour = behaviour_scores(counted_once)
     written = [write_csv(rows, out / "report.csv", behaviour), *figures(counted_once, out)]
     images = [f"![{p.stem}]({p.name})" for p in written if p.suffix == ".png"]
-    section, summed = aggregates_section(rows, same)
+    section, summed = aggregates_section(rows, baseline, same)
     captioned = aggregate_figures(summed, out)
     written += [path for path, _ in captioned]
     section += "".join(f"\n\n![{p.stem}]({p.name})\n\n*{p.name}*: {text}" for p, text in captioned)
@@ -642,7 +646,7 @@ def write_report(runs_dir: Path, out: Path | None = None) -> tuple[str, list[Pat
             f"{counted}, grouped by the task, config name and seed each run recorded.",
             _scores_text(rows),
             table,
-            comparisons_section(rows),
+            comparisons_section(rows, baseline),
             section,
             "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
             "attention output on fixed windows of the task's dataset (the same windows for every "

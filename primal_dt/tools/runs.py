@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from primal_dt.common.errors import PrimalDTError
+from primal_dt.common.errors import PrimalDTError, did_you_mean
 from primal_dt.data.episodes import ReferenceScores, load_task_data, open_dataset
 from primal_dt.data.sources import find_dataset
 from primal_dt.data.tasks import Task, load_envs
@@ -41,6 +41,7 @@ class RunSummary:
     seed: int
     steps: int  # configured train.steps
     block_kinds: list[str]  # each block's attention (method/registry.py)
+    return_conditioning: bool = True  # model.return_conditioning: False for behaviour cloning
     parameters: int | None = None  # the model's trainable parameters (from its checkpoint)
     step: int | None = None  # its checkpoint's
     final: float | None = None  # the final evaluation's score (target_score)
@@ -73,6 +74,7 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
         seed=started.config.train.seed,
         steps=started.config.train.steps,
         block_kinds=started.config.model.block_kinds(),
+        return_conditioning=started.config.model.return_conditioning,
     )
     records = read_results(run_dir)
     good = [r for r in records if r.error is None]
@@ -194,6 +196,28 @@ class Row:
     evaluated_during_training: bool = False  # some run of it has evaluations before the final
     average_of: int = 0  # tasks averaged (average rows only)
     averaged: list[str] = field(default_factory=list)  # the tasks with final scores averaged
+
+
+def is_decision_transformer(summary: RunSummary) -> bool:
+    """DT as its paper has it: softmax attention in every block, conditioned on returns."""
+    return summary.return_conditioning and all(k == "softmax" for k in summary.block_kinds)
+
+
+def baseline_config(summaries: Collection[RunSummary], chosen: str | None = None) -> str | None:
+    """The config every other is compared with: `chosen` (`primal-dt report --baseline`) where
+    given; else the Decision Transformer among them (is_decision_transformer: whatever the config
+    is named), the first by name where several are; else the first config by name. None without
+    runs."""
+    configs = sorted({s.config for s in summaries})
+    if chosen is not None:
+        if chosen not in configs:
+            raise ReportError(
+                f"--baseline {chosen}: no run here has that config{did_you_mean(chosen, configs)}; "
+                f"the configs here: {', '.join(configs) or 'none'}"
+            )
+        return chosen
+    dts = sorted({s.config for s in summaries if is_decision_transformer(s)})
+    return (dts or configs)[0] if configs else None
 
 
 def unique(values: list[Any]) -> list[Any]:

@@ -31,9 +31,6 @@ GAMMA = 100.0  # the optimality gap's threshold: an expert's normalised score
 # shows no aggregates there.
 MIN_SEEDS_FOR_AGGREGATES = 5
 MIN_TASKS_FOR_AGGREGATES = 2
-# Every config is compared with the first of these that ran (DT: softmax attention in every
-# block, the papers' or the matched study's), or without one, the first config by name.
-BASELINES = ("dt", "matched-softmax")
 # The simulation behind the coverage the report states: repetitions x bootstrap resamples, and
 # the normal scores' task means and spreads, drawn anew for every repetition.
 SIMULATION_REPS, SIMULATION_BOOTSTRAPS, SIMULATION_SEED = 500, 300, 0
@@ -68,14 +65,6 @@ def t_interval(values: Sequence[float], level: float = CONFIDENCE) -> Interval |
 def sample_std(values: Sequence[float]) -> float | None:
     """The std of values with ddof 1 (None under 2 values)."""
     return float(np.std(values, ddof=1)) if len(values) > 1 else None
-
-
-def baseline_config(configs: Collection[str]) -> str | None:
-    """The config the others are compared with: the first of BASELINES there, else the first by
-    name."""
-    if not configs:
-        return None
-    return next((name for name in BASELINES if name in configs), sorted(configs)[0])
 
 
 def _fmt(interval: Interval) -> str:
