@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
-from bench_common import device_name, primal_dt
+from bench_common import primal_dt
 from doc_tables import write_section
 
 from primal_dt.common.loading import named_config_path
@@ -179,7 +179,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, help="training steps per run (the config's)")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds (0,1,2,3,4)")
-    parser.add_argument("--dataset-steps", type=int, default=200000, help="steps recorded")
+    parser.add_argument("--dataset-steps", type=int, default=1_000_000,
+                        help="steps recorded per medium or expert dataset (1,000,000: D4RL's)")  # fmt: skip
     parser.add_argument("--tasks", help="tasks instead of the recorded medium ones")
     datasets = parser.add_mutually_exclusive_group()
     datasets.add_argument("--replay", action="store_true",
@@ -231,8 +232,8 @@ def main() -> None:
     )
     seeds = len(args.seeds.split(","))
     text = "\n".join([
-        f"Made by `python scripts/results.py` ({section}) on {date.today()}, "
-        f"{device_name_for(args.device)}, trained in {study_precision(runs)}, "
+        f"Made by `python scripts/results.py` ({section}) on {date.today()}, on "
+        f"{study_machines(runs)}, trained in {study_precision(runs)}, "
         f"{minutes:.0f} minutes of training (from each run's start to its "
         f"end, overlaps counted once; {study_steps(runs) / (minutes / 60):,.0f} training steps "
         f"an hour of the study, evaluations included): {len(tasks)} "
@@ -321,12 +322,6 @@ def study_steps(runs: Path) -> int:
     return sum(json.loads(path.read_text())["train"]["steps"] for path in runs.rglob("config.json"))
 
 
-def device_name_for(device: str) -> str:
-    import torch
-
-    return device_name(torch.device(device))
-
-
 def section_of(report: str) -> str:
     """The report's Markdown after its title, headings one level down, without its pictures
     (which live beside report.md; the docs show copies of them, after the section), without its
@@ -344,6 +339,14 @@ def section_of(report: str) -> str:
 def paper_section() -> str:
     """The paper's table as the report renders it, without its heading (the page has one)."""
     return paper_table(paper_scores()).removeprefix(PAPER_HEADING).strip()
+
+
+def study_machines(runs: Path) -> str:
+    """The machines the runs trained on, as each recorded them (config.json's machines: another
+    CPU gives other bits, so a study made on two says so)."""
+    found = {machine for path in runs.rglob("config.json")
+             for machine in json.loads(path.read_text()).get("machines", [])}  # fmt: skip
+    return " and ".join(sorted(found)) or "an unrecorded machine"
 
 
 def study_precision(runs: Path) -> str:

@@ -3,12 +3,18 @@ CUDA generator states, and what bf16 must not round."""
 
 from __future__ import annotations
 
+import json
+
 import torch
 from conftest import DEVICE, train_args
 
 from primal_dt.cli import main
+from primal_dt.common.device import machine_name
 from primal_dt.store.integrity import seal
+from primal_dt.store.runconfig import read_run_config
+from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot
+from primal_dt.training import launch
 from primal_dt.training.trainer import action_loss
 
 
@@ -34,6 +40,30 @@ def test_a_run_resumes_on_another_device_type(minari_root, tmp_path, capsys) -> 
     assert read_snapshot(run_dir).step == 15
     if on_cpu:
         assert not torch.cuda.is_initialized()
+
+
+def test_a_run_records_each_machine_it_trained_on(minari_root, tmp_path, capsys, monkeypatch):
+    """config.json lists the machines in the order the run trained on them, and a resume on
+    another says that the results are of both; one from before the record reads as none."""
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, 4)) == 0
+    here = machine_name(torch.device(DEVICE))
+    assert read_run_config(RunDir(run_dir)).machines == [here]
+    assert main(["train", "--resume", str(run_dir), "--steps", "6", "--no-progress"]) == 0
+    assert read_run_config(RunDir(run_dir)).machines == [here]  # the same machine: no new entry
+    monkeypatch.setattr(launch, "machine_name", lambda device: "Another CPU, 64 cores")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_dir), "--steps", "8", "--no-progress"]) == 0
+    assert (
+        f"this run trained on {here} and goes on on Another CPU, 64 cores: its results are of "
+        "both" in capsys.readouterr().err
+    )
+    assert read_run_config(RunDir(run_dir)).machines == [here, "Another CPU, 64 cores"]
+    record = RunDir(run_dir).config_file
+    data = json.loads(record.read_text())
+    del data["machines"]
+    record.write_text(json.dumps(data))
+    assert read_run_config(RunDir(run_dir)).machines == []
 
 
 def test_the_action_loss_counts_real_entries_in_float32() -> None:

@@ -212,15 +212,22 @@ def test_each_quality_has_its_own_section_of_the_results_page(tmp_path: Path) ->
     assert script.comparison(args, tmp_path, ["halfcheetah-medium"])[1] == "results-attentions"
 
 
-def test_the_studys_precision_is_read_from_what_its_runs_recorded(tmp_path: Path) -> None:
+def test_the_studys_precision_and_machines_are_read_from_what_its_runs_recorded(
+    tmp_path: Path,
+) -> None:
     script = results_script()
     assert script.study_precision(tmp_path) == "no recorded precision"
-    for name, precision in [("a", "fp32"), ("b", "fp32"), ("c", "bf16")]:
+    assert script.study_machines(tmp_path) == "an unrecorded machine"
+    for name, precision, machines in [("a", "fp32", ["X"]), ("b", "fp32", ["X", "Y"]),
+                                      ("c", "bf16", [])]:  # fmt: skip
         folder = tmp_path / "task" / name
         folder.mkdir(parents=True)
-        (folder / "config.json").write_text(json.dumps({"train": {"precision": precision}}))
+        record = {"train": {"precision": precision}, "machines": machines}
+        (folder / "config.json").write_text(json.dumps(record))
     assert script.study_precision(tmp_path / "task" / "a") == "fp32"
     assert script.study_precision(tmp_path) == "bf16 and fp32"
+    assert script.study_machines(tmp_path / "task" / "a") == "X"
+    assert script.study_machines(tmp_path) == "X and Y"
 
 
 def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(

@@ -4,7 +4,10 @@ optimizer a run uses on it."""
 from __future__ import annotations
 
 import contextlib
+import os
+import platform
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 
@@ -28,6 +31,22 @@ def resolve_device(name: str, setting: str) -> torch.device:
                 f"device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}"
             )
     return device
+
+
+def machine_name(device: torch.device) -> str:
+    """What a run computes on, for its record: the GPU's name, or the CPU's model and cores (the
+    same settings give other bits on another CPU, so a study says which it ran on)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):  # Linux; elsewhere the platform's own word
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields:  # the same name can stand for several generations
+        model += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
+    return f"{model}, {cpu_bf16_unit() or 'no bf16 unit'}, {os.cpu_count()} cores"
 
 
 def cpu_bf16_unit() -> str | None:

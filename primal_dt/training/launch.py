@@ -15,6 +15,7 @@ from primal_dt.common.config import Config
 from primal_dt.common.cpu import training_threads
 from primal_dt.common.device import (
     adamw,
+    machine_name,
     precision_chosen,
     precision_note,
     recorded_precision,
@@ -71,6 +72,23 @@ def flat_settings(config: Config) -> dict[str, Any]:
         for section, values in config.to_dict().items()
         for key, value in values.items()
     }
+
+
+def record_machine(run: RunDir, trainer: Trainer) -> None:
+    """A run resumed on another machine than it last trained on says so, and config.json lists
+    it after the others (another CPU gives other bits: a result is then of more than one)."""
+    if not run.config_file.is_file():
+        return
+    started = read_run_config(run)
+    machine = machine_name(trainer.device)
+    if started.machines and started.machines[-1] != machine:
+        trainer.notes.append(
+            f"this run trained on {started.machines[-1]} and goes on on {machine}: its results "
+            "are of both (another CPU or GPU gives other bits)"
+        )
+    if not started.machines or started.machines[-1] != machine:
+        started.machines.append(machine)
+        write_run_config(run, started)
 
 
 def check_unedited(run: RunDir, config: Config) -> None:
@@ -176,7 +194,8 @@ def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "def
     if run.checkpoint.exists():  # another train got here first
         trainer.release()
         raise CheckpointError(f"{run_dir} already holds a run; choose another --run-dir")
-    write_run_config(run, RunConfig(task.name, config_name, config))
+    machine = machine_name(trainer.device)
+    write_run_config(run, RunConfig(task.name, config_name, config, [machine]))
     return trainer
 
 
@@ -235,6 +254,7 @@ def resume_run(
     if not snapshot.sealed:
         trainer.notes.append(unsealed_note(rollback or run.checkpoint))
     trainer.hold()
+    record_machine(run, trainer)
     if rollback is not None:  # ckpt.pt first: a run stopped now resumes from the step rolled to
         atomic_copy(rollback, run.checkpoint)
         for later in run.saved_checkpoints():
