@@ -282,9 +282,24 @@ def summary(page: str) -> str:
     )
     return (
         f"Matched DT against Primal-DT (only the last block's attention differs) on "
-        f"{len(sentences)} of the datasets recorded here, {' or '.join(map(str, seeds))} seeds "
+        f"{len(sentences)} of the datasets recorded here{_overlap(sentences)}, "
+        f"{' or '.join(map(str, seeds))} seeds "
         f"each, at a CPU budget: {verdict}.{power}{spectra} "
         "Per-task scores, intervals and the paper's table: [Results](docs/results.md)."
+    )
+
+
+def _overlap(sentences: list[str]) -> str:
+    """Where the count holds a medium-expert dataset and its medium one: the first contains the
+    second (D4RL's way), so they are not independent, and the count says so."""
+    tasks = {found[1] for s in sentences if (found := re.search(r" on ([\w.-]+?)(?=[: ]|$)", s))}
+    both = sorted(t for t in tasks if t.endswith("-medium-expert")
+                  and t.removesuffix("-expert") in tasks)  # fmt: skip
+    if not both:
+        return ""
+    return (
+        f" ({len(both)} of them medium-expert ones that hold a medium one of the count too: "
+        f"{', '.join(both)}; not independent of it)"
     )
 
 

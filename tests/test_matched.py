@@ -181,6 +181,14 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
         1,
     )
     assert f"Over tasks: {over}" in script.summary(with_power)
+    # A medium-expert dataset holds its medium one: counted, and named as not independent.
+    overlapping = page.replace(" on t1 at", " on h-medium at").replace(
+        " on t2 at", " on h-medium-expert at"
+    )
+    assert (
+        "on 2 of the datasets recorded here (1 of them medium-expert ones that hold a medium one "
+        "of the count too: h-medium-expert; not independent of it), 5 seeds"
+    ) in script.summary(overlapping)
     # The README holds what the page says now.
     readme = (SCRIPTS.parent / "README.md").read_text()
     current = script.summary((SCRIPTS.parent / "docs" / "results.md").read_text())
