@@ -30,10 +30,12 @@ from primal_dt.data.recording import random_policy, record_episodes, write_datas
 from primal_dt.evaluation import plots
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot, write_snapshot
+from primal_dt.tools.corl import CORL_HEADING, corl_scores, corl_table
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import paper_table, spectrum_sentences, write_report
 from primal_dt.tools.runs import (
     ReportError,
+    Row,
     RunSummary,
     baseline_config,
     collect,
@@ -306,6 +308,9 @@ def test_per_task_scores_intervals_comparisons_and_the_papers_table(
     md = (report / "report.md").read_text()
     table = table_rows(md)
     assert table == table_rows(text)  # write_report returns the per-task table
+    corl = md[md.index(CORL_HEADING) : md.index("## Figures")]  # after the paper's table
+    assert md.index("## The paper's table") < md.index(CORL_HEADING)
+    assert "| hopper-medium | 10 steps, " in corl and "| 65.1 ± 1.9 | 69.4 ± 4.2 |" in corl
 
     # Per task and config: every seed's score, their mean, their Student's t 95% interval.
     row = table["hopper-medium", "dt"]
@@ -579,6 +584,35 @@ def test_the_papers_table_is_data_of_its_own() -> None:
     assert "| walker2d-medium-expert | 107.7 ± 0.6 | 67.2 ± 27.3 |" in text
     assert "D4RL v2 datasets of a million steps" in text and "D4RL's reference scores" in text
     assert "- hopper-medium: DT 64.2 ± 1.1" in text and "ant-medium" not in text
+
+
+def test_corl_side_table_sets_the_baseline_beside_corls_dt() -> None:
+    """The baseline's mean and Student's t interval here beside CORL's published DT (the file's
+    numbers, as its README printed them), the ratio of the means; other configs and tasks CORL
+    lacks are left out, and nothing to set beside it is no section."""
+    corl = corl_scores()
+    assert corl.steps == 100000 and len(corl.last) == len(corl.best) == 9
+    assert corl.last["halfcheetah-medium"] == (42.2, 0.3)
+    assert corl.best["walker2d-medium-expert"] == (108.71, 0.39)
+
+    def row(task: str, config: str, final: list[float]) -> Row:
+        seeds = list(range(len(final)))
+        return Row(task, config, seeds, final, [], [6000], True, [], [], [215000])
+
+    rows = [row("halfcheetah-medium", "dt", [30.0, 34.0, 38.0]), row("hopper-medium", "bc", [9.0]),
+            row("swimmer-medium", "dt", [20.0, 22.0])]  # fmt: skip
+    text = corl_table(rows, "dt", corl)
+    low, high = t95([30.0, 34.0, 38.0])
+    assert text.startswith(CORL_HEADING)
+    assert (
+        f"| halfcheetah-medium | 6,000 steps, 215,000 parameters | 34.0 [{low:.1f}, {high:.1f}] "
+        f"| 42.2 ± 0.3 | 42.7 ± 0.1 | {34.0 / 42.2:.2f} |"
+    ) in text
+    assert "hopper-medium" not in text and "swimmer" not in text
+    assert "| hopper-medium | 6,000 steps, 215,000 parameters | 9.0 one seed | 65.1 ± 1.9 " in (
+        corl_table(rows, "bc", corl)
+    )
+    assert corl_table(rows[2:], "dt", corl) == ""
 
 
 def test_the_baseline_is_the_decision_transformer_whatever_its_name() -> None:

@@ -25,6 +25,7 @@ from primal_dt.evaluation.conditioning import curve_points
 from primal_dt.method.registry import attention_label
 from primal_dt.store.dashboards import copy_run, remove_root_layout
 from primal_dt.store.rundir import safe_name
+from primal_dt.tools.corl import corl_scores, corl_table
 from primal_dt.tools.paired import (
     POWER,
     TARGET,
@@ -640,31 +641,31 @@ def write_report(
         counted += f" ({len(left_out)} duplicate{'s' * (len(left_out) > 1)} left out, see Notes)"
     table = markdown_table(rows, behaviour)
     spectrum = spectrum_sentences(counted_once)
-    text = "\n\n".join(
-        [
-            f"# primal-dt report: {runs_dir}",
-            f"{counted}, grouped by the task, config name and seed each run recorded.",
-            _scores_text(rows),
-            table,
-            comparisons_section(rows, baseline),
-            section,
-            "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
-            "attention output on fixed windows of the task's dataset (the same windows for every "
-            "run of a task; see primal_dt/evaluation/spectrum.py), from each run's last "
-            "checkpoint: rank_90, the fewer singular values hold 90% of the sum, the lower the "
-            "rank. A block is said to have the lower rank_90 only where the difference of the "
-            "means exceeds the sum of the stds over seeds. The sentences compare every other "
-            "attention with softmax: first the same block of two configs of a task (where one "
-            "has softmax there), then a block of another kind with the softmax blocks of its own "
-            "model.",
-            spectrum_table(counted_once),
-            "\n".join(f"- {s}" for s in spectrum)
-            or "No study here has a softmax block beside a block of another kind.",
-            paper_table(paper_scores(), [row.task for row in rows if row.task != "average"]),
-            "## Figures\n\n" + "\n".join(images),
-            "## Notes\n\n" + ("\n".join(_notes(counted_once, rows, same)) or "none"),
-        ]
-    )
+    parts = [
+        f"# primal-dt report: {runs_dir}",
+        f"{counted}, grouped by the task, config name and seed each run recorded.",
+        _scores_text(rows),
+        table,
+        comparisons_section(rows, baseline),
+        section,
+        "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
+        "attention output on fixed windows of the task's dataset (the same windows for every "
+        "run of a task; see primal_dt/evaluation/spectrum.py), from each run's last "
+        "checkpoint: rank_90, the fewer singular values hold 90% of the sum, the lower the "
+        "rank. A block is said to have the lower rank_90 only where the difference of the "
+        "means exceeds the sum of the stds over seeds. The sentences compare every other "
+        "attention with softmax: first the same block of two configs of a task (where one "
+        "has softmax there), then a block of another kind with the softmax blocks of its own "
+        "model.",
+        spectrum_table(counted_once),
+        "\n".join(f"- {s}" for s in spectrum)
+        or "No study here has a softmax block beside a block of another kind.",
+        paper_table(paper_scores(), [row.task for row in rows if row.task != "average"]),
+        corl_table(rows, baseline, corl_scores()),
+        "## Figures\n\n" + "\n".join(images),
+        "## Notes\n\n" + ("\n".join(_notes(counted_once, rows, same)) or "none"),
+    ]
+    text = "\n\n".join(part for part in parts if part)  # a section with nothing to say: none
     (out / "report.md").write_text(text + "\n")
     written.insert(0, out / "report.md")
     remove_root_layout(runs_dir)
