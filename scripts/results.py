@@ -38,6 +38,7 @@ from doc_tables import write_section
 from primal_dt.common.loading import named_config_path
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.registry import ATTENTIONS
+from primal_dt.tools.corl import CorlScores, corl_scores
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import PAPER_HEADING, paper_table
 
@@ -246,8 +247,47 @@ def main() -> None:
     print(text)
     if args.write_docs:
         write_section(section, text)
+        if section == "results":  # the matched study on the medium datasets: the page's first
+            write_section("results-first", first_paragraph(report, corl_scores()))
         write_section("paper-table", paper_section())
         write_section("results-summary", summary(RESULTS_PAGE.read_text()))
+
+
+def first_paragraph(report: str, corl: CorlScores) -> str:
+    """The results page's first paragraph, from the matched study's report: its budget against
+    DT's own at CORL's (steps, model), what it can detect (the paired difference over tasks of
+    matched-primal against matched-softmax, and per task), and what fraction of CORL's DT score the
+    baseline reaches at this budget (the report's side table)."""
+    over = [s for s in _sentences(report, "Paired differences over tasks")
+            if s.startswith("matched-primal − matched-softmax")]  # fmt: skip
+    per_task = [float(n) for s in _sentences(report, "Comparisons per task")
+                if s.startswith("matched-primal − matched-softmax")
+                for n in re.findall(r"could detect ([\d.]+) points", s)]  # fmt: skip
+    side = re.findall(r"(?m)^\| ([\w.-]+) \| ([\d,]+) steps, ([\d,]+) parameters \| ([\d.-]+) .*"
+                      r"\| ([\d.]+) \|$", report)  # fmt: skip
+    if not side:
+        return "The matched study's report has no side table against CORL's DT: nothing to say."
+    steps, parameters = side[0][1], side[0][2]
+    fractions = ", ".join(f"{task} {float(fraction):.2f}" for task, *_, fraction in side)
+    detect = (
+        f"Over the tasks, {over[0]}"
+        if over
+        else "No difference over tasks was computed (it needs the same seeds on several tasks)."
+    )
+    if per_task:
+        detect += (
+            f" Per task, the smallest difference it could detect at 80% power ranges from "
+            f"{min(per_task):.1f} to {max(per_task):.1f} points."
+        )
+    ratio = int(steps.replace(",", "")) / corl.steps
+    return (
+        f"**What this study can answer.** Each run trains {steps} steps of a model of "
+        f"{parameters} parameters (matched-softmax; configs/matched.toml): {ratio:.0%} of the "
+        f"{corl.steps:,} steps at which CORL trains DT, a model of {corl.model}. At this budget "
+        f"DT (matched-softmax) reaches, as a fraction of CORL's published DT score on D4RL's "
+        f"data of the same name (a side table, not a comparison of methods: other data and "
+        f"environment versions): {fractions}. {detect}"
+    )
 
 
 def summary(page: str) -> str:

@@ -17,6 +17,8 @@ from primal_dt.common.loading import load_config
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
+from primal_dt.tools.corl import corl_scores, corl_table
+from primal_dt.tools.runs import Row
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 POLICIES = SCRIPTS.parent / "tests" / "policies"
@@ -275,3 +277,30 @@ def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(
     script.main()
     assert checkout() == before
     assert (out / "results-report" / "curves_halfcheetah-medium.png").is_file()
+
+
+def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> None:
+    script = results_script()
+    corl = corl_scores()
+
+    def row(task: str, final: list[float]) -> Row:  # as the report's side table gets it
+        return Row(task, "matched-softmax", [0, 1], final, [], [6000], True, [], [], [215000])
+
+    side = corl_table([row("halfcheetah-medium", [37.98, 37.98]), row("hopper-medium", [50.1, 50.1])],
+                      "matched-softmax", corl)  # fmt: skip
+    over = ("matched-primal − matched-softmax over 3 tasks (5 paired seeds each): +0.4 [-1.0, +1.8] "
+            "(...): no difference detected; the study could detect 4.1 points over the tasks")  # fmt: skip
+    report = "\n".join([
+        "# r", "", "## Comparisons per task", "",
+        "- matched-primal − matched-softmax on a: +1.0 [...]: the study could detect 2.5 points",
+        "- matched-bc − matched-softmax on a: +1.0 [...]: the study could detect 99.0 points",
+        "- matched-primal − matched-softmax on b: +1.0 [...]: the study could detect 17.0 points",
+        "", "## Paired differences over tasks", "", f"- {over}", "", side,
+    ])  # fmt: skip
+    text = script.first_paragraph(report, corl)
+    assert "Each run trains 6,000 steps of a model of 215,000 parameters" in text
+    assert "6% of the 100,000 steps at which CORL trains DT, a model of embed 128, 6 layers" in text
+    assert "halfcheetah-medium 0.90, hopper-medium 0.77." in text  # 37.98 / 42.2, 50.1 / 65.1
+    assert f"Over the tasks, {over}" in text
+    assert "ranges from 2.5 to 17.0 points." in text  # matched-bc's is not Primal's question
+    assert "nothing to say" in script.first_paragraph("# r", corl)
