@@ -3,7 +3,7 @@ sets a report's DT beside them.
 
 The issue a short study has to answer is what its budget reaches: DT trained for a few thousand
 steps of a small model scores below DT trained for 100k steps of CORL's. CORL measured on D4RL v2
-datasets in gym v2 environments, so its numbers stand in a table of their own, beside ours, and the
+datasets in gym v3 environments, so its numbers stand in a table of their own, beside ours, and the
 ratio of the two means says how far this budget is from DT's own, not which method is better.
 """
 
