@@ -299,7 +299,7 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
     ])  # fmt: skip
     text = script.first_paragraph(report, corl)
     assert "Each run trains 6,000 steps of a model of 215,000 parameters" in text
-    assert "6% of the 100,000 steps at which CORL trains DT, a model of embed 128, 6 layers" in text
+    assert "6% of the 100,000 steps at which CORL trains DT, a model of embed 128, 3 layers" in text
     assert "halfcheetah-medium 0.90, hopper-medium 0.77." in text  # 37.98 / 42.2, 50.1 / 65.1
     assert f"Over the tasks, {over}" in text
     assert "ranges from 2.5 to 17.0 points." in text  # matched-bc's is not Primal's question

@@ -310,7 +310,7 @@ def test_per_task_scores_intervals_comparisons_and_the_papers_table(
     assert table == table_rows(text)  # write_report returns the per-task table
     corl = md[md.index(CORL_HEADING) : md.index("## Figures")]  # after the paper's table
     assert md.index("## The paper's table") < md.index(CORL_HEADING)
-    assert "| hopper-medium | 10 steps, " in corl and "| 65.1 ± 1.9 | 69.4 ± 4.2 |" in corl
+    assert "| hopper-medium | 10 steps, " in corl and "| 65.1 ± 1.6 | 69.4 ± 3.6 |" in corl
 
     # Per task and config: every seed's score, their mean, their Student's t 95% interval.
     row = table["hopper-medium", "dt"]
@@ -592,8 +592,8 @@ def test_corl_side_table_sets_the_baseline_beside_corls_dt() -> None:
     lacks are left out, and nothing to set beside it is no section."""
     corl = corl_scores()
     assert corl.steps == 100000 and len(corl.last) == len(corl.best) == 9
-    assert corl.last["halfcheetah-medium"] == (42.2, 0.3)
-    assert corl.best["walker2d-medium-expert"] == (108.71, 0.39)
+    assert corl.last["halfcheetah-medium"] == (42.2, 0.26)
+    assert corl.best["walker2d-medium-expert"] == (108.71, 0.34)
 
     def row(task: str, config: str, final: list[float]) -> Row:
         seeds = list(range(len(final)))
@@ -609,7 +609,7 @@ def test_corl_side_table_sets_the_baseline_beside_corls_dt() -> None:
         f"| 42.2 ± 0.3 | 42.7 ± 0.1 | {34.0 / 42.2:.2f} |"
     ) in text
     assert "hopper-medium" not in text and "swimmer" not in text
-    assert "| hopper-medium | 6,000 steps, 215,000 parameters | 9.0 one seed | 65.1 ± 1.9 " in (
+    assert "| hopper-medium | 6,000 steps, 215,000 parameters | 9.0 one seed | 65.1 ± 1.6 " in (
         corl_table(rows, "bc", corl)
     )
     assert corl_table(rows[2:], "dt", corl) == ""
