@@ -256,7 +256,7 @@ def main() -> None:
 def first_paragraph(report: str, corl: CorlScores) -> str:
     """The results page's first paragraph, from the matched study's report: its budget against
     DT's own at CORL's (steps, model), what it can detect (the paired difference over tasks of
-    matched-primal against matched-softmax, and per task), and what fraction of CORL's DT score the
+    matched-primal against matched-softmax, and per task), which curves are flat, and what fraction of CORL's DT score the
     baseline reaches at this budget (the report's side table)."""
     over = [s for s in _sentences(report, "Paired differences over tasks")
             if s.startswith("matched-primal − matched-softmax")]  # fmt: skip
@@ -278,6 +278,14 @@ def first_paragraph(report: str, corl: CorlScores) -> str:
         detect += (
             f" Per task, the smallest difference it could detect at 80% power ranges from "
             f"{min(per_task):.1f} to {max(per_task):.1f} points."
+        )
+    curves = _sentences(report, "Are the curves flat?")
+    flat = [s.split(":")[0] for s in curves if s.endswith("beyond the seeds' spread.")]
+    if curves:
+        detect += (
+            f" Over the last quarter of training, {len(flat)} of the {len(curves)} curves (task "
+            f"and config) are flat within the seeds' spread"
+            + (f": {'; '.join(flat)}." if flat else ".")
         )
     ratio = int(steps.replace(",", "")) / corl.steps
     return (

@@ -295,7 +295,9 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
         "- matched-primal − matched-softmax on a: +1.0 [...]: the study could detect 2.5 points",
         "- matched-bc − matched-softmax on a: +1.0 [...]: the study could detect 99.0 points",
         "- matched-primal − matched-softmax on b: +1.0 [...]: the study could detect 17.0 points",
-        "", "## Paired differences over tasks", "", f"- {over}", "", side,
+        "", "## Paired differences over tasks", "", f"- {over}", "", "## Are the curves flat?", "",
+        "- a on t: the last quarter's ... over 5 seeds: flat: no change detected beyond the seeds' spread.",
+        "- b on t: the last quarter's ... over 5 seeds: still rising.", "", side,
     ])  # fmt: skip
     text = script.first_paragraph(report, corl)
     assert "Each run trains 6,000 steps of a model of 215,000 parameters" in text
@@ -303,4 +305,7 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
     assert "halfcheetah-medium 0.90, hopper-medium 0.77." in text  # 37.98 / 42.2, 50.1 / 65.1
     assert f"Over the tasks, {over}" in text
     assert "ranges from 2.5 to 17.0 points." in text  # matched-bc's is not Primal's question
+    assert "2 of the 2 curves" not in text and (
+        "1 of the 2 curves (task and config) are flat within the seeds' spread: a on t." in text
+    )
     assert "nothing to say" in script.first_paragraph("# r", corl)

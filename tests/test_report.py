@@ -31,6 +31,7 @@ from primal_dt.evaluation import plots
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot, write_snapshot
 from primal_dt.tools.corl import CORL_HEADING, corl_scores, corl_table
+from primal_dt.tools.flatness import FLATNESS_HEADING, flatness_sentences, quarter_change
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import paper_table, spectrum_sentences, write_report
 from primal_dt.tools.runs import (
@@ -309,6 +310,7 @@ def test_per_task_scores_intervals_comparisons_and_the_papers_table(
     table = table_rows(md)
     assert table == table_rows(text)  # write_report returns the per-task table
     corl = md[md.index(CORL_HEADING) : md.index("## Figures")]  # after the paper's table
+    assert FLATNESS_HEADING in md and "nothing to say" in md.split(FLATNESS_HEADING)[1][:600]
     assert md.index("## The paper's table") < md.index(CORL_HEADING)
     assert "| hopper-medium | 10 steps, " in corl and "| 65.1 ± 1.6 | 69.4 ± 3.6 |" in corl
 
@@ -584,6 +586,35 @@ def test_the_papers_table_is_data_of_its_own() -> None:
     assert "| walker2d-medium-expert | 107.7 ± 0.6 | 67.2 ± 27.3 |" in text
     assert "D4RL v2 datasets of a million steps" in text and "D4RL's reference scores" in text
     assert "- hopper-medium: DT 64.2 ± 1.1" in text and "ant-medium" not in text
+
+
+def test_a_curve_is_flat_where_its_late_change_is_within_the_seeds_spread() -> None:
+    """The change between the last two quarters of training, seed by seed, against a direct
+    computation; rising seeds say "still rising", seeds that move both ways "flat"."""
+
+    def run(config: str, seed: int, curve: list[float]) -> RunSummary:
+        summary = RunSummary(Path(config), "hopper-medium", config, seed, 800, ["softmax"])
+        summary.scores = [(100 * (i + 1), score) for i, score in enumerate(curve)]  # steps 100-800
+        return summary
+
+    # Steps 500 and 600 are the third quarter, 700 and 800 the last (the final evaluation).
+    assert quarter_change([(100, 9.0), (500, 10.0), (600, 12.0), (700, 15.0), (800, 17.0)],
+                          800) == (15.0 + 17.0) / 2 - (10.0 + 12.0) / 2  # fmt: skip
+    assert quarter_change([(100, 9.0), (800, 17.0)], 800) is None
+    rising = [run("up", seed, [0, 0, 0, 0, 10, 10, 14 + seed, 15]) for seed in range(3)]
+    flat = [run("flat", seed, [0, 0, 0, 0, 10, 10, 10 + d, 10 + d]) for seed, d in enumerate([-2, 2, 0.5])]  # fmt: skip
+    alone = [run("alone", 0, [0] * 8)]
+    changes = [(14 + seed + 15) / 2 - 10 for seed in range(3)]
+    low, high = t95(changes)
+    sentences = flatness_sentences([*rising, *flat, *alone])
+    assert sentences[1] == (
+        f"up on hopper-medium: the last quarter's mean score minus the quarter before's "
+        f"{np.mean(changes):+.1f} [{low:+.1f}, {high:+.1f}] over 3 seeds: still rising."
+    )
+    assert sentences[0].startswith("flat on hopper-medium: ") and sentences[0].endswith(
+        "over 3 seeds: flat: no change detected beyond the seeds' spread."
+    )
+    assert len(sentences) == 2  # one seed: no interval, no sentence
 
 
 def test_corl_side_table_sets_the_baseline_beside_corls_dt() -> None:

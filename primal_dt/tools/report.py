@@ -26,6 +26,7 @@ from primal_dt.method.registry import attention_label
 from primal_dt.store.dashboards import copy_run, remove_root_layout
 from primal_dt.store.rundir import safe_name
 from primal_dt.tools.corl import corl_scores, corl_table
+from primal_dt.tools.flatness import flatness_section
 from primal_dt.tools.paired import (
     POWER,
     TARGET,
@@ -647,6 +648,7 @@ def write_report(
         _scores_text(rows),
         table,
         comparisons_section(rows, baseline),
+        flatness_section(counted_once),
         section,
         "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
         "attention output on fixed windows of the task's dataset (the same windows for every "

@@ -1,0 +1,75 @@
+"""Whether a study trained long enough: per task and config, the change of the evaluation score
+between the last two quarters of training, seed by seed, with its Student's t interval.
+
+A curve counts as flat where that interval holds 0: over the last quarter the score moved by no
+more than the seeds' spread lets the study see. The interval's width says how large a late rise
+could still hide in it; a budget is long enough for a study when its configs' curves are flat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from primal_dt.tools.runs import RunSummary
+from primal_dt.tools.statistics import t_interval
+
+FLATNESS_HEADING = "## Are the curves flat?"
+
+
+def quarter_change(scores: Sequence[tuple[int, float]], steps: int) -> float | None:
+    """The mean score of the evaluations in the last quarter of a run's steps (steps 3/4 S < s <=
+    S) minus the mean of those in the quarter before (S/2 < s <= 3/4 S); None where either quarter
+    has no evaluation."""
+    late = [score for step, score in scores if 0.75 * steps < step <= steps]
+    before = [score for step, score in scores if 0.5 * steps < step <= 0.75 * steps]
+    if not late or not before:
+        return None
+    return float(np.mean(late) - np.mean(before))
+
+
+def flatness_sentences(summaries: Sequence[RunSummary]) -> list[str]:
+    """A sentence per (task, config) with a change for at least 2 seeds."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for run in sorted(summaries, key=lambda s: (s.task, s.config, s.seed)):
+        change = quarter_change(run.scores, run.steps)
+        if change is not None:
+            groups.setdefault((run.task, run.config), []).append(change)
+    sentences = []
+    for (task, config), changes in groups.items():
+        interval = t_interval(changes)
+        if interval is None:
+            continue
+        low, high = interval
+        verdict = (
+            "flat: no change detected beyond the seeds' spread"
+            if low <= 0 <= high
+            else "still rising"
+            if low > 0
+            else "still falling"
+        )
+        sentences.append(
+            f"{config} on {task}: the last quarter's mean score minus the quarter before's "
+            f"{np.mean(changes):+.1f} [{low:+.1f}, {high:+.1f}] over {len(changes)} seeds: "
+            f"{verdict}."
+        )
+    return sentences
+
+
+def flatness_section(summaries: Sequence[RunSummary]) -> str:
+    """report.md's section: the sentences, or what is missing for them."""
+    sentences = flatness_sentences(summaries)
+    lines = [
+        FLATNESS_HEADING,
+        "",
+        "Per task and config, seed by seed: the mean of the evaluation scores in the last "
+        "quarter of training minus the mean of those in the quarter before, with the Student's "
+        "t 95% interval of that change over seeds. A curve is flat where the interval holds 0.",
+        "",
+    ]
+    if not sentences:
+        return "\n".join(
+            [*lines, "No config has at least 2 seeds evaluated in both quarters: nothing to say."]
+        )
+    return "\n".join([*lines, *(f"- {s}" for s in sentences)])
