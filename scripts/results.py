@@ -380,9 +380,14 @@ def figure_link(path: Path) -> str:
     return f"../{path.relative_to(ROOT)}" if path.is_relative_to(ROOT) else str(path)
 
 
+def recorded(runs: Path) -> list[dict]:
+    """Every run's config.json under runs, read once for the study's line below."""
+    return [json.loads(path.read_text()) for path in runs.rglob("config.json")]
+
+
 def study_steps(runs: Path) -> int:
     """The training steps of every run of the study, as each recorded them (config.json)."""
-    return sum(json.loads(path.read_text())["train"]["steps"] for path in runs.rglob("config.json"))
+    return sum(record["train"]["steps"] for record in recorded(runs))
 
 
 def section_of(report: str) -> str:
@@ -407,17 +412,14 @@ def paper_section() -> str:
 def study_machines(runs: Path) -> str:
     """The machines the runs trained on, as each recorded them (config.json's machines: another
     CPU gives other bits, so a study made on two says so)."""
-    found = {machine for path in runs.rglob("config.json")
-             for machine in json.loads(path.read_text()).get("machines", [])}  # fmt: skip
+    found = {machine for record in recorded(runs) for machine in record.get("machines", [])}
     return " and ".join(sorted(found)) or "an unrecorded machine"
 
 
 def study_precision(runs: Path) -> str:
     """The precision the runs trained in, as each recorded it (train.precision resolved: auto
     picks bf16 only on hardware with a bf16 unit, so a study's numbers depend on it)."""
-    found = {
-        json.loads(path.read_text())["train"]["precision"] for path in runs.rglob("config.json")
-    }
+    found = {record["train"]["precision"] for record in recorded(runs)}
     return " and ".join(sorted(found)) or "no recorded precision"
 
 
