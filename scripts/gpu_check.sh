@@ -1,40 +1,60 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: the CUDA path checked and timed, in the order of what matters
-# most, so that a step cut short leaves the evidence of the steps before it:
-#   1. the layer and model tests (every attention kind, eager) on CUDA
-#   2. the training benchmark: eager and compiled (reduce-overhead), both papers' sizes, steps/s and
-#      peak memory, and the training step against the model computed at every token (the cut);
-#      its tables go into docs/benchmarks.md as rows are measured
-#   3. the fast-path tests (compiled training against eager, no host sync) on CUDA
-#   4. the rest of the test suite on CUDA
-#   5. the attention, context-length and evaluation benchmarks, each table written as it ends
+# most, so that a step cut short leaves the evidence of the steps before it. Two device calls of at
+# most 10 minutes each (docs/development.md, "The device calls"), the steps in two parts:
+#   part 1, `--only layers,train,fast,rest` (about 8 min 30 s):
+#     layers: the layer and model tests (every attention kind, eager) on CUDA
+#     train:  the training benchmark: eager and compiled (reduce-overhead), both papers' sizes,
+#             steps/s and peak memory, and the training step against the model computed at every
+#             token (the cut); its tables go into docs/benchmarks.md as rows are measured
+#     fast:   the fast-path tests (compiled training against eager, no host sync) on CUDA
+#     rest:   the rest of the test suite on CUDA
+#   part 2, `--only attention,context,eval` (about 3 min 30 s): the attention, context-length and
+#     evaluation benchmarks, each table written as it ends
 # Each step has a time limit, set from its cost (docs/development.md, "The GPU check's budget":
-# measured here for the dry run, from the arithmetic of each step and an upper bound of its
-# start-up on the GPU, and the first run's times on an H200), 9 min 30 s in all on the GPU, so that
-# the script ends within one device call of 10 minutes with the install (about 10 s) before it. Every step runs even if an earlier one fails;
-# the exit status says whether all passed. Set WRITE_DOCS= (empty) to only print the tables.
+# measured here for the dry run, on an H200 for the GPU). Every step runs even if an earlier one
+# fails; the exit status says whether all passed. Set WRITE_DOCS= (empty) to only print the tables.
 #
-#   bash scripts/gpu_check.sh            # on the GPU machine, after the install (docs/development.md)
-#   bash scripts/gpu_check.sh --dry-run  # here, on a CPU: every step at a tiny size, same code
-#                                        # paths, nothing written: the script's own logic, and a
-#                                        # step that takes over 70% of its limit fails (.ci/run
-#                                        # runs it, so that a step outgrowing its budget fails here)
+#   bash scripts/gpu_check.sh --only STEP,...  # on the GPU machine, after the install
+#   bash scripts/gpu_check.sh                  # every step (over 10 minutes on an H200)
+#   bash scripts/gpu_check.sh --dry-run        # here, on a CPU: every step at a tiny size, same
+#                                              # code paths, nothing written: the script's own
+#                                              # logic, and a step that takes over 70% of its limit
+#                                              # fails (.ci/run runs it, so that a step outgrowing
+#                                              # its budget fails here)
+#
+# A step past its limit gets SIGINT first, so that pytest still prints the tests that failed; the
+# test steps print each test's name and outcome as it ends (-v), so a cut log names them too.
 #
 # The tests record their own datasets (no network) with the policies in tests/policies. The GPU
 # image lacks the video, ray and report (rliable) extras (too large to carry) and Sphinx (the docs
 # tests read the config comments with it): their tests, none of which touches CUDA, are left out by
 # name here, and run in CI.
 set -uo pipefail
-dry=0
-[ "${1:-}" = "--dry-run" ] && dry=1
+dry=0 only=""
+while [ $# -gt 0 ]; do
+    case $1 in
+        --dry-run) dry=1 ;;
+        --only) only=",${2:-},"
+            for key in ${only//,/ }; do
+                case $key in layers|train|fast|rest|attention|context|eval) ;;
+                    *) echo "gpu_check.sh: unknown step '$key' (steps: layers train fast rest attention context eval)"; exit 2 ;;
+                esac
+            done
+            shift ;;
+        *) echo "gpu_check.sh: unknown argument '$1' (use --dry-run or --only STEP,...)"; exit 2 ;;
+    esac
+    shift
+done
 status=0
-step() {  # step NAME DRY_LIMIT GPU_LIMIT COMMAND...: run with this mode's time limit, time it
-    local name=$1 limit=$3
-    [ $dry = 1 ] && limit=$2
-    shift 3
+step() {  # step KEY NAME DRY_LIMIT GPU_LIMIT COMMAND...: run with this mode's time limit, time it
+    local key=$1 name=$2 limit=$4
+    [ $dry = 1 ] && limit=$3
+    shift 4
+    if [ -n "$only" ] && [[ $only != *",$key,"* ]]; then return; fi
     echo "=== $name (limit ${limit} s)"
     local start=$SECONDS
-    timeout "$limit" "$@" || { echo "=== $name FAILED (exit $?; 124: over ${limit} s)"; status=1; }
+    timeout -s INT -k 15 "$limit" "$@" || { echo "=== $name FAILED (exit $?; 124: over ${limit} s)"; status=1; }
     local took=$((SECONDS - start))
     echo "=== $name took $took s"
     if [ $dry = 1 ] && [ $((took * 10)) -gt $((limit * 7)) ]; then
@@ -64,23 +84,27 @@ else
     device=cuda write="${WRITE_DOCS---write-docs}" tiny=() train_steps=200 rounds=3
     attention=(--batch 64 --ks 20,100,500,2000)  # seven kinds per K
     context=(--ks 20,100,500)
-    evaluation=(--workers 8 --sequential-episodes 2)
+    evaluation=(--configs primal-dt --workers 8 --sequential-episodes 2)  # launch-bound: one size
     rest=(tests "${layers[@]/#/--ignore=}" "${fast[@]/#/--ignore=}")
-    # The rest of the suite in 16 processes where pytest-xdist is installed (the H200 image has it):
-    # 14 processes took 127 s there.
-    python3 -c "import xdist" 2>/dev/null && rest+=(-n 16 --dist loadfile)
+    # Where pytest-xdist is installed (the H200 image has it): the rest of the suite in 16
+    # processes (14 took 127 s there), and the fast-path tests' nine cold compiles side by side
+    # (one after another they took about 25 s each).
+    if python3 -c "import xdist" 2>/dev/null; then
+        rest+=(-n 16 --dist loadfile)
+        fast+=(-n 9)
+    fi
 fi
 # Limits (dry run, GPU): the dry run's measured on an idle 2-core CPU, each step to stay under
 # 70% of it; the GPU's from docs/development.md's budget.
-step "layer and model tests on $device" 30 40 \
+step layers "layer and model tests on $device" 30 40 \
     env PRIMAL_DT_TEST_DEVICE=$device python3 -m pytest -q -x "${layers[@]}"
-step "training benchmark" 200 115 python3 scripts/bench_train.py --device $device \
+step train "training benchmark" 200 200 python3 scripts/bench_train.py --device $device \
     --compile reduce-overhead --steps $train_steps --rounds $rounds "${tiny[@]}" $write
-step "fast-path tests on $device" 30 130 \
-    env PRIMAL_DT_TEST_DEVICE=$device python3 -m pytest -q "${fast[@]}"
-step "the rest of the tests on $device" 40 130 \
-    env PRIMAL_DT_TEST_DEVICE=$device python3 -m pytest -q "${rest[@]}" "${left_out[@]}"
-step "attention benchmark" 60 60 python3 scripts/bench_attention.py --device $device "${attention[@]}" $write
-step "context-length benchmark" 70 50 python3 scripts/bench_context.py --device $device "${context[@]}" $write
-step "evaluation benchmark" 30 45 python3 scripts/bench_eval.py --device $device "${evaluation[@]}" $write
+step fast "fast-path tests on $device" 30 90 \
+    env PRIMAL_DT_TEST_DEVICE=$device python3 -m pytest -v -rfE "${fast[@]}"
+step rest "the rest of the tests on $device" 40 180 \
+    env PRIMAL_DT_TEST_DEVICE=$device python3 -m pytest -v -rfE "${rest[@]}" "${left_out[@]}"
+step attention "attention benchmark" 60 75 python3 scripts/bench_attention.py --device $device "${attention[@]}" $write
+step context "context-length benchmark" 70 65 python3 scripts/bench_context.py --device $device "${context[@]}" $write
+step eval "evaluation benchmark" 30 60 python3 scripts/bench_eval.py --device $device "${evaluation[@]}" $write
 exit $status

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -39,28 +40,37 @@ def copy_of_run(run: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def flip_inside(path: Path, needle: bytes) -> None:
-    """Flip one bit of the bytes `needle` where they first occur in the file."""
+def flip_at(path: Path, start: int, length: int) -> None:
+    """Flip one bit in the middle of the `length` bytes at `start` of the file."""
     data = bytearray(path.read_bytes())
-    at = data.find(needle)
-    assert at >= 0, "the bytes to damage are not in the file"
-    data[at + len(needle) // 2] ^= 0x01
+    data[start + length // 2] ^= 0x01
     path.write_bytes(bytes(data))
 
 
-def tensor_bytes(tensor: torch.Tensor) -> bytes:
-    return tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()[:64]
+def storage_in_file(path: Path, tensor: torch.Tensor) -> tuple[int, int]:
+    """Where a tensor's bytes lie in a torch.save file: each storage is one uncompressed zip record.
+    Found by record, not by searching the file, since a short one (a CUDA generator's state is 16
+    bytes) may occur elsewhere too."""
+    content = tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+    with zipfile.ZipFile(path) as archive:
+        records = [r for r in archive.infolist() if "/data/" in r.filename]
+        found = [r for r in records if archive.read(r) == content]
+    assert len(found) == 1, f"{len(found)} records hold the tensor's bytes"
+    header = path.read_bytes()[found[0].header_offset :][:30]  # the zip local file header
+    name_length, extra_length = struct.unpack("<HH", header[26:30])
+    return found[0].header_offset + 30 + name_length + extra_length, len(content)
 
 
-def parts_to_damage(payload: dict) -> dict[str, bytes]:
-    """A run of bytes inside each part of a checkpoint file, with the words its error uses."""
+def parts_to_damage(path: Path) -> dict[str, tuple[int, int]]:
+    """Where each part of a checkpoint file lies (start, length), with the words its error uses."""
+    payload = torch.load(path, weights_only=True)
     weight = next(t for name, t in payload["model"].items() if name.endswith("attn.proj.weight"))
-    moment = payload["optimizer"]["state"][0]["exp_avg"]
+    lr = struct.pack(">d", payload["config"]["train"]["lr"])  # pickle's BINFLOAT
     return {
-        "the weights": tensor_bytes(weight),
-        "the optimizer state": tensor_bytes(moment),
-        "the sampler state": tensor_bytes(payload["sampler"]["generator"][100:]),
-        "the settings": struct.pack(">d", payload["config"]["train"]["lr"]),  # pickle's BINFLOAT
+        "the weights": storage_in_file(path, weight),
+        "the optimizer state": storage_in_file(path, payload["optimizer"]["state"][0]["exp_avg"]),
+        "the sampler state": storage_in_file(path, payload["sampler"]["generator"]),
+        "the settings": (path.read_bytes().index(lr), len(lr)),
     }
 
 
@@ -76,7 +86,7 @@ def one_line(capsys) -> str:
 def test_a_flipped_byte_in_any_part_is_refused_naming_the_part(run, tmp_path, capsys, part) -> None:
     run_dir = copy_of_run(run, tmp_path)
     ckpt = run_dir / "ckpt.pt"
-    flip_inside(ckpt, parts_to_damage(torch.load(ckpt, weights_only=True))[part])
+    flip_at(ckpt, *parts_to_damage(ckpt)[part])
     damaged = ckpt.read_bytes()
     capsys.readouterr()
     assert main(["eval", "--ckpt", str(ckpt), "--episodes", "1"]) == 2
