@@ -24,7 +24,6 @@ does not reproduce the paper's numbers, which came from D4RL v2 datasets at 100k
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -38,6 +37,8 @@ from doc_tables import write_section
 from primal_dt.common.loading import named_config_path
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.registry import ATTENTIONS
+from primal_dt.store.runconfig import RunConfig, read_run_config
+from primal_dt.store.rundir import RunDir
 from primal_dt.tools.corl import CorlScores, corl_scores
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import PAPER_HEADING, paper_table
@@ -380,14 +381,14 @@ def figure_link(path: Path) -> str:
     return f"../{path.relative_to(ROOT)}" if path.is_relative_to(ROOT) else str(path)
 
 
-def recorded(runs: Path) -> list[dict]:
-    """Every run's config.json under runs, read once for the study's line below."""
-    return [json.loads(path.read_text()) for path in runs.rglob("config.json")]
+def recorded(runs: Path) -> list[RunConfig]:
+    """Every run's config.json under runs, for the study's line below."""
+    return [read_run_config(RunDir(path.parent)) for path in sorted(runs.rglob("config.json"))]
 
 
 def study_steps(runs: Path) -> int:
     """The training steps of every run of the study, as each recorded them (config.json)."""
-    return sum(record["train"]["steps"] for record in recorded(runs))
+    return sum(record.config.train.steps for record in recorded(runs))
 
 
 def section_of(report: str) -> str:
@@ -412,14 +413,14 @@ def paper_section() -> str:
 def study_machines(runs: Path) -> str:
     """The machines the runs trained on, as each recorded them (config.json's machines: another
     CPU gives other bits, so a study made on two says so)."""
-    found = {machine for record in recorded(runs) for machine in record.get("machines", [])}
+    found = {machine for record in recorded(runs) for machine in record.machines}
     return " and ".join(sorted(found)) or "an unrecorded machine"
 
 
 def study_precision(runs: Path) -> str:
     """The precision the runs trained in, as each recorded it (train.precision resolved: auto
     picks bf16 only on hardware with a bf16 unit, so a study's numbers depend on it)."""
-    found = {record["train"]["precision"] for record in recorded(runs)}
+    found = {record.config.train.precision for record in recorded(runs)}
     return " and ".join(sorted(found)) or "no recorded precision"
 
 

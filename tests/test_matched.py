@@ -6,17 +6,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import json
 import os
 import re
 import sys
 from pathlib import Path
 
 from primal_dt.cli import build_parser
-from primal_dt.common.loading import load_config
+from primal_dt.common.loading import load_config, named_config_path
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
+from primal_dt.store.runconfig import RunConfig, write_run_config
+from primal_dt.store.rundir import RunDir
 from primal_dt.tools.corl import corl_scores, corl_table
 from primal_dt.tools.runs import Row
 
@@ -222,6 +223,13 @@ def test_each_quality_has_its_own_section_of_the_results_page(tmp_path: Path) ->
     assert script.comparison(args, tmp_path, ["halfcheetah-medium"])[1] == "results-attentions"
 
 
+def write_record(folder: Path, precision: str, machines: list[str]) -> None:
+    """A whole config.json, as a run of dt on halfcheetah-medium would record it."""
+    config = load_config(named_config_path("dt"), [f'train.precision="{precision}"'],
+                         task="halfcheetah-medium")  # fmt: skip
+    write_run_config(RunDir(folder), RunConfig("halfcheetah-medium", "dt", config, machines))
+
+
 def test_the_studys_precision_and_machines_are_read_from_what_its_runs_recorded(
     tmp_path: Path,
 ) -> None:
@@ -232,8 +240,7 @@ def test_the_studys_precision_and_machines_are_read_from_what_its_runs_recorded(
                                       ("c", "bf16", [])]:  # fmt: skip
         folder = tmp_path / "task" / name
         folder.mkdir(parents=True)
-        record = {"train": {"precision": precision}, "machines": machines}
-        (folder / "config.json").write_text(json.dumps(record))
+        write_record(folder, precision, machines)
     assert script.study_precision(tmp_path / "task" / "a") == "fp32"
     assert script.study_precision(tmp_path) == "bf16 and fp32"
     assert script.study_machines(tmp_path / "task" / "a") == "X"
@@ -252,8 +259,7 @@ def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(
         if args[0] == "sweep":
             run = Path(args[args.index("--runs-dir") + 1]) / "halfcheetah-medium" / "run"
             run.mkdir(parents=True)
-            (run / "config.json").write_text(json.dumps({"train": {"steps": 3000,
-                                                                   "precision": "fp32"}}))  # fmt: skip
+            write_record(run, "fp32", [])
             (run / "eval.jsonl").write_text("{}")
         else:  # report
             reported = Path(args[args.index("--out") + 1])
