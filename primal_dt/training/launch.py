@@ -74,12 +74,11 @@ def flat_settings(config: Config) -> dict[str, Any]:
     }
 
 
-def record_machine(run: RunDir, trainer: Trainer) -> None:
+def record_machine(run: RunDir, started: RunConfig | None, trainer: Trainer) -> None:
     """A run resumed on another machine than it last trained on says so, and config.json lists
     it after the others (another CPU gives other bits: a result is then of more than one)."""
-    if not run.config_file.is_file():
+    if started is None:
         return
-    started = read_run_config(run)
     machine = machine_name(trainer.device)
     if started.machines and started.machines[-1] != machine:
         trainer.notes.append(
@@ -91,16 +90,17 @@ def record_machine(run: RunDir, trainer: Trainer) -> None:
         write_run_config(run, started)
 
 
-def check_unedited(run: RunDir, config: Config) -> None:
+def check_unedited(run: RunDir, started_with: RunConfig | None, config: Config) -> None:
     """A resumed run keeps the settings it was saved with; config.json, the record of what it was
     started with, must still agree, or the resume is refused naming the settings that differ
     (an edited config.json would otherwise be ignored without a word). train.steps and
     data.download are left out: --steps and --offline change them on resume; so is
     train.precision where either says "auto", which older runs recorded and a resume resolves
-    (recorded_precision)."""
-    if not run.config_file.is_file():  # a run whose config.json was removed: nothing to compare
+    (recorded_precision). started_with is None where config.json was removed: nothing to
+    compare."""
+    if started_with is None:
         return
-    started, saved = flat_settings(read_run_config(run).config), flat_settings(config)
+    started, saved = flat_settings(started_with.config), flat_settings(config)
     record = run.config_file.name
     edited = [
         f"{key} ({saved.get(key)!r} in the checkpoint, {started.get(key)!r} in {record})"
@@ -219,7 +219,8 @@ def resume_run(
         raise lock.busy(holder)
     snapshot = read_resumable(run, rollback)
     config = snapshot.config
-    check_unedited(run, config)
+    started = read_run_config(run) if run.config_file.is_file() else None  # config.json
+    check_unedited(run, started, config)
     latest_steps = None if rollback is None else length_of(run)
     if steps is not None:
         if steps < snapshot.step:
@@ -254,7 +255,7 @@ def resume_run(
     if not snapshot.sealed:
         trainer.notes.append(unsealed_note(rollback or run.checkpoint))
     trainer.hold()
-    record_machine(run, trainer)
+    record_machine(run, started, trainer)
     if rollback is not None:  # ckpt.pt first: a run stopped now resumes from the step rolled to
         atomic_copy(rollback, run.checkpoint)
         for later in run.saved_checkpoints():
