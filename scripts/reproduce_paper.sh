@@ -15,18 +15,17 @@
 # it is found by name afterwards. Pass MEDIUM_REPLAY_ARGS (e.g. "--expert-policy FILE" to measure
 # v5 reference scores) to the make command.
 #
-# Expected wall-clock time: about 2 to 4 hours for the 54 runs on one A100/H100-class GPU with
-# 16 CPU cores, plus the medium-replay recordings. This is an ESTIMATE, not a measurement (no GPU
-# was available when this script was written). How it was estimated: the models are tiny (0.7M
-# and 2.6M parameters, 64 x 60 tokens a step, about 60 GFLOP a Primal-DT step: well under 1 ms of
-# GPU arithmetic), so a step is bound by launching kernels: some 200 to 250 top-level ATen
-# operations a step (forward, backward, optimizer; counted with torch.profiler on CPU), about 400
-# kernel launches at ~10 us, about 4 ms a step, some 250 steps a second for one run, 100k steps in
-# about 7 minutes. With 6 runs sharing the GPU, throughput is assumed to grow 3 to 5 times (the GPU
-# idles between one process's launches), so the 5.4M steps take 1.3 to 2 hours; evaluations (10
-# during training and a final one of 100 episodes per target, in a process beside each run) add CPU
-# load and the tail of the last runs. Measure your machine's single-run rate with
-# scripts/gpu_check.sh (it prints training steps per second) and scale:
+# Expected wall-clock time, from one run's rate measured on an H200 (docs/benchmarks.md, bf16,
+# batch 64, K 20): eager, a single run trains about 85 steps/s at the DT paper's size and 78 at the
+# Primal paper's (the GPU waits on kernel launches, not arithmetic), so 100k steps take about 20
+# minutes and the 54 runs one after another about 18 hours. Compiled with CUDA graphs
+# (`--set train.compile=true --set train.compile_mode='"reduce-overhead"'`) the DT paper's size ran
+# 2.9x as fast (250 steps/s DT, 223 Primal-DT; the Primal paper's size compiled is not measured
+# yet), about 6.5 hours one after another. How much 6 runs sharing the GPU (--parallel) gain is
+# not measured: if eager throughput grows 3 to 5 times (the GPU idles between one process's
+# launches), the sweep takes about 4 to 6 hours eager; evaluations (10 during training and a final
+# one of 100 episodes per target, in a process beside each run) add CPU load and the tail of the
+# last runs. Measure your machine's single-run rate with scripts/bench_train.py and scale:
 # hours ~ 54 x 100000 / (rate x speed-up from --parallel) / 3600.
 set -euo pipefail
 RUNS="${RUNS:-runs/paper}"
