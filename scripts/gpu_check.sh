@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: the CUDA path checked and timed, in the order of what matters
 # most, so that a step cut short leaves the evidence of the steps before it. Two device calls of at
-# most 10 minutes each (docs/development.md, "The device calls"), the steps in two parts:
+# most 10 minutes each (docs/development.md, "The device call"), the steps in two parts:
 #   part 1, `--only layers,train,fast,rest` (about 8 min 30 s):
 #     layers: the layer and model tests (every attention kind, eager) on CUDA
 #     train:  the training benchmark: eager and compiled (reduce-overhead), both papers' sizes,
