@@ -249,14 +249,15 @@ def main() -> None:
     if args.write_docs:
         write_section(section, text)
         if section == "results":  # the matched study on the medium datasets: the page's first
-            write_section("results-first", first_paragraph(report, corl_scores()))
+            batch = max(record.config.train.batch_size for record in recorded(runs))
+            write_section("results-first", first_paragraph(report, corl_scores(), batch))
         write_section("paper-table", paper_section())
         write_section("results-summary", summary(RESULTS_PAGE.read_text()))
 
 
-def first_paragraph(report: str, corl: CorlScores) -> str:
-    """The results page's first paragraph, from the matched study's report: its budget against
-    DT's own at CORL's (steps, model), what it can detect (the paired difference over tasks of
+def first_paragraph(report: str, corl: CorlScores, batch_size: int) -> str:
+    """The results page's first paragraph, from the matched study's report and its runs' batch
+    size: its budget against DT's own at CORL's (steps, windows seen, model), what it can detect (the paired difference over tasks of
     matched-primal against matched-softmax, and per task), which curves are flat, and what fraction of CORL's DT score the
     baseline reaches at this budget (the report's side table)."""
     over = [s for s in _sentences(report, "Paired differences over tasks")
@@ -289,10 +290,14 @@ def first_paragraph(report: str, corl: CorlScores) -> str:
             + (f": {'; '.join(flat)}." if flat else ".")
         )
     ratio = int(steps.replace(",", "")) / corl.steps
+    windows = int(steps.replace(",", "")) * batch_size
     return (
         f"**What this study can answer.** Each run trains {steps} steps of a model of "
         f"{parameters} parameters (matched-softmax; configs/matched.toml): {ratio:.0%} of the "
-        f"{corl.steps:,} steps at which CORL trains DT, a model of {corl.model}. At this budget "
+        f"{corl.steps:,} steps at which CORL trains DT, and, at batch {batch_size}, "
+        f"{windows / (corl.steps * corl.batch_size):.2%} of the windows it sees ({windows:,} "
+        f"against {corl.steps * corl.batch_size:,}); CORL's DT is a model of {corl.model}. "
+        f"At this budget "
         f"DT (matched-softmax) reaches, as a fraction of CORL's published DT score on D4RL's "
         f"data of the same name (a side table, not a comparison of methods: other data and "
         f"environment versions): {fractions}. {detect}"

@@ -305,13 +305,18 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
         "- a on t: the last quarter's ... over 5 seeds: flat: no change detected beyond the seeds' spread.",
         "- b on t: the last quarter's ... over 5 seeds: still rising.", "", side,
     ])  # fmt: skip
-    text = script.first_paragraph(report, corl)
+    text = script.first_paragraph(report, corl, 64)
     assert "Each run trains 6,000 steps of a model of 215,000 parameters" in text
-    assert "6% of the 100,000 steps at which CORL trains DT, a model of embed 128, 3 layers" in text
+    assert (
+        "6% of the 100,000 steps at which CORL trains DT, and, at batch 64, 0.09% of the " in text
+    )
+    assert (
+        "windows it sees (384,000 against 409,600,000); CORL's DT is a model of embed 128" in text
+    )
     assert "halfcheetah-medium 0.90, hopper-medium 0.77." in text  # 37.98 / 42.2, 50.1 / 65.1
     assert f"Over the tasks, {over}" in text
     assert "ranges from 2.5 to 17.0 points." in text  # matched-bc's is not Primal's question
     assert "2 of the 2 curves" not in text and (
         "1 of the 2 curves (task and config) are flat within the seeds' spread: a on t." in text
     )
-    assert "nothing to say" in script.first_paragraph("# r", corl)
+    assert "nothing to say" in script.first_paragraph("# r", corl, 64)

@@ -31,6 +31,7 @@ class CorlScores:
     measured_on: str
     last_means: str  # what "last" and "best" are
     steps: int
+    batch_size: int
     model: str
     last: dict[str, tuple[float, float]]
     best: dict[str, tuple[float, float]]
@@ -49,6 +50,7 @@ def corl_scores() -> CorlScores:
         measured_on=data["measured_on"],
         last_means=data["last_means"],
         steps=int(data["steps"]),
+        batch_size=int(data["batch_size"]),
         model=data["model"],
         last=table(data["last"]),
         best=table(data["best"]),
