@@ -19,7 +19,7 @@
 # batch 64, K 20): eager, a single run trains about 85 steps/s at the DT paper's size and 78 at the
 # Primal paper's (the GPU waits on kernel launches, not arithmetic), so 100k steps take about 20
 # minutes and the 54 runs one after another about 18 hours. Compiled with CUDA graphs
-# (`--set train.compile=true --set train.compile_mode='"reduce-overhead"'`) the DT paper's size ran
+# (`--set train.compile=true --set train.compile_mode=reduce-overhead`) the DT paper's size ran
 # 2.9x as fast (250 steps/s DT, 223 Primal-DT; the Primal paper's size compiled is not measured
 # yet), about 6.5 hours one after another. How much 6 runs sharing the GPU (--parallel) gain is
 # not measured: if eager throughput grows 3 to 5 times (the GPU idles between one process's
