@@ -40,6 +40,7 @@ from primal_dt.method.registry import ATTENTIONS
 from primal_dt.store.runconfig import RunConfig, read_run_config
 from primal_dt.store.rundir import RunDir
 from primal_dt.tools.corl import CorlScores, corl_scores
+from primal_dt.tools.flatness import FLAT
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import PAPER_HEADING, paper_table
 
@@ -224,7 +225,7 @@ def main() -> None:
               "--parallel", str(args.parallel), "--offline",
               *[a for s in settings for a in ("--set", s)], env=env)  # fmt: skip
     primal_dt("report", str(runs), "--out", str(reported), env=env)
-    minutes = study_minutes(runs)
+    minutes, records = study_minutes(runs), recorded(runs)
     report = (reported / "report.md").read_text()
     # The docs show copies of the figures; a study that writes no docs writes nothing outside --out.
     pictures = (
@@ -235,9 +236,9 @@ def main() -> None:
     seeds = len(args.seeds.split(","))
     text = "\n".join([
         f"Made by `python scripts/results.py` ({section}) on {date.today()}, on "
-        f"{study_machines(runs)}, trained in {study_precision(runs)}, "
+        f"{study_machines(records)}, trained in {study_precision(records)}, "
         f"{minutes:.0f} minutes of training (from each run's start to its "
-        f"end, overlaps counted once; {study_steps(runs) / (minutes / 60):,.0f} training steps "
+        f"end, overlaps counted once; {study_steps(records) / (minutes / 60):,.0f} training steps "
         f"an hour of the study, evaluations included): {len(tasks)} "
         f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x {seeds} seeds.",
         "",
@@ -249,7 +250,7 @@ def main() -> None:
     if args.write_docs:
         write_section(section, text)
         if section == "results":  # the matched study on the medium datasets: the page's first
-            batch = max(record.config.train.batch_size for record in recorded(runs))
+            batch = max(record.config.train.batch_size for record in records)
             write_section("results-first", first_paragraph(report, corl_scores(), batch))
         write_section("paper-table", paper_section())
         write_section("results-summary", summary(RESULTS_PAGE.read_text()))
@@ -257,9 +258,10 @@ def main() -> None:
 
 def first_paragraph(report: str, corl: CorlScores, batch_size: int) -> str:
     """The results page's first paragraph, from the matched study's report and its runs' batch
-    size: its budget against DT's own at CORL's (steps, windows seen, model), what it can detect (the paired difference over tasks of
-    matched-primal against matched-softmax, and per task), which curves are flat, and what fraction of CORL's DT score the
-    baseline reaches at this budget (the report's side table)."""
+    size: its budget against DT's own at CORL's (steps, windows seen, model), what it can detect
+    (the paired difference over tasks of matched-primal against matched-softmax, and per task),
+    which curves are flat, and what fraction of CORL's DT score the baseline reaches at this
+    budget (the report's side table)."""
     over = [s for s in _sentences(report, "Paired differences over tasks")
             if s.startswith("matched-primal − matched-softmax")]  # fmt: skip
     per_task = [float(n) for s in _sentences(report, "Comparisons per task")
@@ -269,7 +271,7 @@ def first_paragraph(report: str, corl: CorlScores, batch_size: int) -> str:
                       r"\| ([\d.]+) \|$", report)  # fmt: skip
     if not side:
         return "The matched study's report has no side table against CORL's DT: nothing to say."
-    steps, parameters = side[0][1], side[0][2]
+    steps, parameters = int(side[0][1].replace(",", "")), side[0][2]
     fractions = ", ".join(f"{task} {float(fraction):.2f}" for task, *_, fraction in side)
     detect = (
         f"Over the tasks, {over[0]}"
@@ -282,18 +284,17 @@ def first_paragraph(report: str, corl: CorlScores, batch_size: int) -> str:
             f"{min(per_task):.1f} to {max(per_task):.1f} points."
         )
     curves = _sentences(report, "Are the curves flat?")
-    flat = [s.split(":")[0] for s in curves if s.endswith("beyond the seeds' spread.")]
+    flat = [s.split(":")[0] for s in curves if s.endswith(f"{FLAT}.")]
     if curves:
         detect += (
             f" Over the last quarter of training, {len(flat)} of the {len(curves)} curves (task "
             f"and config) are flat within the seeds' spread"
             + (f": {'; '.join(flat)}." if flat else ".")
         )
-    ratio = int(steps.replace(",", "")) / corl.steps
-    windows = int(steps.replace(",", "")) * batch_size
+    windows = steps * batch_size
     return (
-        f"**What this study can answer.** Each run trains {steps} steps of a model of "
-        f"{parameters} parameters (matched-softmax; configs/matched.toml): {ratio:.0%} of the "
+        f"**What this study can answer.** Each run trains {steps:,} steps of a model of "
+        f"{parameters} parameters (matched-softmax; configs/matched.toml): {steps / corl.steps:.0%} of the "
         f"{corl.steps:,} steps at which CORL trains DT, and, at batch {batch_size}, "
         f"{windows / (corl.steps * corl.batch_size):.2%} of the windows it sees ({windows:,} "
         f"against {corl.steps * corl.batch_size:,}); CORL's DT is a model of {corl.model}. "
@@ -387,13 +388,13 @@ def figure_link(path: Path) -> str:
 
 
 def recorded(runs: Path) -> list[RunConfig]:
-    """Every run's config.json under runs, for the study's line below."""
+    """Every run's config.json under runs, read once for the study's line (the helpers below)."""
     return [read_run_config(RunDir(path.parent)) for path in sorted(runs.rglob("config.json"))]
 
 
-def study_steps(runs: Path) -> int:
+def study_steps(records: list[RunConfig]) -> int:
     """The training steps of every run of the study, as each recorded them (config.json)."""
-    return sum(record.config.train.steps for record in recorded(runs))
+    return sum(record.config.train.steps for record in records)
 
 
 def section_of(report: str) -> str:
@@ -415,17 +416,17 @@ def paper_section() -> str:
     return paper_table(paper_scores()).removeprefix(PAPER_HEADING).strip()
 
 
-def study_machines(runs: Path) -> str:
+def study_machines(records: list[RunConfig]) -> str:
     """The machines the runs trained on, as each recorded them (config.json's machines: another
     CPU gives other bits, so a study made on two says so)."""
-    found = {machine for record in recorded(runs) for machine in record.machines}
+    found = {machine for record in records for machine in record.machines}
     return " and ".join(sorted(found)) or "an unrecorded machine"
 
 
-def study_precision(runs: Path) -> str:
+def study_precision(records: list[RunConfig]) -> str:
     """The precision the runs trained in, as each recorded it (train.precision resolved: auto
     picks bf16 only on hardware with a bf16 unit, so a study's numbers depend on it)."""
-    found = {record.config.train.precision for record in recorded(runs)}
+    found = {record.config.train.precision for record in records}
     return " and ".join(sorted(found)) or "no recorded precision"
 
 

@@ -234,17 +234,17 @@ def test_the_studys_precision_and_machines_are_read_from_what_its_runs_recorded(
     tmp_path: Path,
 ) -> None:
     script = results_script()
-    assert script.study_precision(tmp_path) == "no recorded precision"
-    assert script.study_machines(tmp_path) == "an unrecorded machine"
+    assert script.study_precision(script.recorded(tmp_path)) == "no recorded precision"
+    assert script.study_machines(script.recorded(tmp_path)) == "an unrecorded machine"
     for name, precision, machines in [("a", "fp32", ["X"]), ("b", "fp32", ["X", "Y"]),
                                       ("c", "bf16", [])]:  # fmt: skip
         folder = tmp_path / "task" / name
         folder.mkdir(parents=True)
         write_record(folder, precision, machines)
-    assert script.study_precision(tmp_path / "task" / "a") == "fp32"
-    assert script.study_precision(tmp_path) == "bf16 and fp32"
-    assert script.study_machines(tmp_path / "task" / "a") == "X"
-    assert script.study_machines(tmp_path) == "X and Y"
+    assert script.study_precision(script.recorded(tmp_path / "task" / "a")) == "fp32"
+    assert script.study_precision(script.recorded(tmp_path)) == "bf16 and fp32"
+    assert script.study_machines(script.recorded(tmp_path / "task" / "a")) == "X"
+    assert script.study_machines(script.recorded(tmp_path)) == "X and Y"
 
 
 def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(

@@ -16,6 +16,7 @@ from primal_dt.tools.runs import RunSummary
 from primal_dt.tools.statistics import t_interval
 
 FLATNESS_HEADING = "## Are the curves flat?"
+FLAT = "flat: no change detected beyond the seeds' spread"  # a sentence's verdict, read back too
 
 
 def quarter_change(scores: Sequence[tuple[int, float]], steps: int) -> float | None:
@@ -42,13 +43,7 @@ def flatness_sentences(summaries: Sequence[RunSummary]) -> list[str]:
         if interval is None:
             continue
         low, high = interval
-        verdict = (
-            "flat: no change detected beyond the seeds' spread"
-            if low <= 0 <= high
-            else "still rising"
-            if low > 0
-            else "still falling"
-        )
+        verdict = FLAT if low <= 0 <= high else "still rising" if low > 0 else "still falling"
         sentences.append(
             f"{config} on {task}: the last quarter's mean score minus the quarter before's "
             f"{np.mean(changes):+.1f} [{low:+.1f}, {high:+.1f}] over {len(changes)} seeds: "
