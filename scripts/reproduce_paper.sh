@@ -20,10 +20,10 @@
 # Primal paper's (the GPU waits on kernel launches, not arithmetic), so 100k steps take about 20
 # minutes and the 54 runs one after another about 18 hours. Compiled with CUDA graphs
 # (`--set train.compile=true --set train.compile_mode=reduce-overhead`) the DT paper's size ran
-# 2.9x as fast (250 steps/s DT, 223 Primal-DT; the Primal paper's size compiled is not measured
-# yet), about 6.5 hours one after another. How much 6 runs sharing the GPU (--parallel) gain is
-# not measured: if eager throughput grows 3 to 5 times (the GPU idles between one process's
-# launches), the sweep takes about 4 to 6 hours eager; evaluations (10 during training and a final
+# 2.7x to 2.9x as fast (239 to 250 steps/s DT, 221 to 223 Primal-DT over two runs; the Primal
+# paper's size 2.5x), about 6.5 hours one after another. How much 6 runs sharing the GPU
+# (--parallel) gain is not measured: if eager throughput grows 3 to 5 times (the GPU idles
+# between one process's launches), the sweep takes about 4 to 6 hours eager; evaluations (10 during training and a final
 # one of 100 episodes per target, in a process beside each run) add CPU load and the tail of the
 # last runs. Measure your machine's single-run rate with scripts/bench_train.py and scale:
 # hours ~ 54 x 100000 / (rate x speed-up from --parallel) / 3600.

@@ -18,7 +18,7 @@ from conftest import hopper_policy, scalars, train_args
 from oracles import sequential_rollout
 
 from primal_dt.cli import main
-from primal_dt.evaluation.rollout import EvalOptions, make_jobs, rollout
+from primal_dt.evaluation.rollout import EvalOptions, make_jobs, make_vector, rollout
 from primal_dt.evaluation.service import watch
 from primal_dt.store.results import read_results
 from primal_dt.store.rundir import RunDir
@@ -39,6 +39,23 @@ def test_vectorised_rollout_matches_the_sequential_loop() -> None:
     np.testing.assert_array_equal(again, rollout(policy, setup, jobs, 5)[0])
     other, _ = rollout(policy, setup, make_jobs((3600.0, 100.0), episodes=6, seed=11))
     assert not np.allclose(other, expected_returns)
+
+
+def test_where_cuda_is_live_the_workers_come_from_a_fork_server(monkeypatch) -> None:
+    """A worker forked from a process holding CUDA cannot use it, and spawning one per slot
+    re-imports torch per slot; the fork server's workers give the same episodes."""
+    policy, setup = hopper_policy()
+    jobs = make_jobs((3600.0,), episodes=4, seed=10)
+    expected_returns, expected_lengths = sequential_rollout(policy, setup, jobs)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    envs = make_vector(setup, 2, workers=2)
+    try:
+        assert {type(process).__name__ for process in envs.processes} == {"ForkServerProcess"}
+    finally:
+        envs.close()
+    returns, lengths = rollout(policy, setup, jobs, 2, workers=2)
+    np.testing.assert_array_equal(lengths, expected_lengths)
+    np.testing.assert_allclose(returns, expected_returns, rtol=1e-6, atol=1e-6)
 
 
 def test_training_hands_evaluations_to_the_service(minari_root, tmp_path, capsys) -> None:
