@@ -283,14 +283,8 @@ def first_paragraph(report: str, corl: CorlScores, batch_size: int) -> str:
             f" Per task, the smallest difference it could detect at 80% power ranges from "
             f"{min(per_task):.1f} to {max(per_task):.1f} points."
         )
-    curves = _sentences(report, "Are the curves flat?")
-    flat = [s.split(":")[0] for s in curves if s.endswith(f"{FLAT}.")]
-    if curves:
-        detect += (
-            f" Over the last quarter of training, {len(flat)} of the {len(curves)} curves (task "
-            f"and config) are flat within the seeds' spread"
-            + (f": {'; '.join(flat)}." if flat else ".")
-        )
+    if curves := _sentences(report, "Are the curves flat?"):
+        detect += " " + flatness_sentence(curves)
     windows = steps * batch_size
     return (
         f"**What this study can answer.** Each run trains {steps:,} steps of a model of "
@@ -303,6 +297,22 @@ def first_paragraph(report: str, corl: CorlScores, batch_size: int) -> str:
         f"data of the same name (a side table, not a comparison of methods: other data and "
         f"environment versions): {fractions}. {detect}"
     )
+
+
+def flatness_sentence(curves: list[str]) -> str:
+    """How many of the report's curves are flat, the widest interval among them (a flat verdict
+    from a wide interval cannot rule out a change that large), and the ones that are not."""
+    flat = [s for s in curves if s.endswith(f"{FLAT}.")]
+    others = [f"{s.split(':')[0]} ({s.rsplit(': ', 1)[1].rstrip('.')})" for s in curves
+              if s not in flat]  # fmt: skip
+    sentence = (f"Over the last quarter of training, {len(flat)} of the {len(curves)} curves (task "
+                f"and config) are flat within the seeds' spread")  # fmt: skip
+    widths = [(float(high) - float(low)) / 2 for s in flat
+              for low, high in re.findall(r"\[([-+\d.]+), ([-+\d.]+)\]", s)]  # fmt: skip
+    if widths:
+        sentence += (f", though their intervals on the change reach ±{max(widths):.1f} points, so "
+                     f"a change up to that size may go undetected")  # fmt: skip
+    return sentence + (f"; not flat: {'; '.join(others)}." if others else ".")
 
 
 def summary(page: str) -> str:
@@ -321,13 +331,13 @@ def summary(page: str) -> str:
     verdict = (
         f"a difference on {len(found)} of {len(sentences)}: " + " ".join(found)
         if found
-        else f"no difference in score detected on any of the {len(sentences)} (95% intervals overlap)"
+        else f"no difference in score detected on any of the {len(sentences)} ({_why_none(sentences)})"
     )
     over = [s for text in studies for s in _sentences(text, "Paired differences over tasks")
             if "matched-bc" not in s]  # fmt: skip
     power = "".join(f" Over tasks: {s}" for s in over)  # with what the study could detect
     matched = [s for text in studies for s in _sentences(text, "Attention spectrum")
-               if ", block " in s]  # fmt: skip
+               if ", block " in s and "matched-bc" not in s]  # fmt: skip
     lower = [s for s in matched if "(Primal) has a lower rank_90 than" in s]
     spectra = (
         f" The Primal block's attention output has a lower rank_90 than the same block's with "
@@ -342,6 +352,14 @@ def summary(page: str) -> str:
         f"each, at a CPU budget: {verdict}.{power}{spectra} "
         "Per-task scores, intervals and the paper's table: [Results](docs/results.md)."
     )
+
+
+def _why_none(sentences: list[str]) -> str:
+    """Why no difference was claimed: paired sentences' intervals on the difference hold 0;
+    unpaired ones' intervals of the two configs overlap."""
+    if all(" paired seeds" in s for s in sentences):
+        return "each paired difference's 95% interval holds 0"
+    return "95% intervals overlap"
 
 
 def _overlap(sentences: list[str]) -> str:

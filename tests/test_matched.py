@@ -162,6 +162,7 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
         section("results", 5,
                 ["- No difference between a and b was detected on t1 at this budget (overlap)."],
                 ["- t1, block 2: a (Primal) has a lower rank_90 than b (softmax) (3 ± 1, 9 ± 1).",
+                 "- t1, block 2: a (Primal) has a lower rank_90 than matched-bc (softmax) (...).",
                  "- t1 (a): Primal block 2 has a lower rank_90 than softmax block 0 (...)."]),
         section("results-replay-hopper", 5,
                 ["- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2])."],
@@ -175,7 +176,11 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
     assert "a difference on 1 of 2: a scores above b on t2" in text
     assert "lower rank_90 than the same block's with softmax on 1 of the 2" in text
     none = script.summary(page.replace("- a scores above", "- No difference: a"))
-    assert "no difference in score detected on any of the 2" in none
+    assert "no difference in score detected on any of the 2 (95% intervals overlap)" in none
+    paired = page.replace("- a scores above", "- No difference: a").replace(
+        " at this budget (", ": +0.1 [-0.5, +0.7] over 5 paired seeds ("
+    )
+    assert "(each paired difference's 95% interval holds 0)" in script.summary(paired)
     # The power over tasks, where a section has it, beside the verdict.
     over = "a − b over 3 tasks (5 paired seeds each): +0.4 [...]: the study could detect 4.1 points"
     with_power = page.replace(
@@ -302,8 +307,12 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
         "- matched-bc − matched-softmax on a: +1.0 [...]: the study could detect 99.0 points",
         "- matched-primal − matched-softmax on b: +1.0 [...]: the study could detect 17.0 points",
         "", "## Paired differences over tasks", "", f"- {over}", "", "## Are the curves flat?", "",
-        "- a on t: the last quarter's ... over 5 seeds: flat: no change detected beyond the seeds' spread.",
-        "- b on t: the last quarter's ... over 5 seeds: still rising.", "", side,
+        "- a on t: the last quarter's mean ... +0.5 [-1.3, +2.3] over 5 seeds: flat: no change "
+        "detected beyond the seeds' spread.",
+        "- c on t: the last quarter's mean ... +4.3 [-12.1, +20.7] over 5 seeds: flat: no change "
+        "detected beyond the seeds' spread.",
+        "- b on t: the last quarter's mean ... +12.3 [+3.6, +21.0] over 5 seeds: still rising.",
+        "", side,
     ])  # fmt: skip
     text = script.first_paragraph(report, corl, 64)
     assert "Each run trains 6,000 steps of a model of 215,000 parameters" in text
@@ -316,7 +325,9 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
     assert "halfcheetah-medium 0.90, hopper-medium 0.77." in text  # 37.98 / 42.2, 50.1 / 65.1
     assert f"Over the tasks, {over}" in text
     assert "ranges from 2.5 to 17.0 points." in text  # matched-bc's is not Primal's question
-    assert "2 of the 2 curves" not in text and (
-        "1 of the 2 curves (task and config) are flat within the seeds' spread: a on t." in text
-    )
+    assert (
+        "2 of the 3 curves (task and config) are flat within the seeds' spread, though their "
+        "intervals on the change reach ±16.4 points, so a change up to that size may go "
+        "undetected; not flat: b on t (still rising)." in text
+    )  # the widest flat interval, [-12.1, +20.7]
     assert "nothing to say" in script.first_paragraph("# r", corl, 64)
