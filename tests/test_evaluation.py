@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,7 +44,8 @@ def test_vectorised_rollout_matches_the_sequential_loop() -> None:
 
 def test_where_cuda_is_live_the_workers_come_from_a_fork_server(monkeypatch) -> None:
     """A worker forked from a process holding CUDA cannot use it, and spawning one per slot
-    re-imports torch per slot; the fork server's workers give the same episodes."""
+    imports torch per slot: the workers fork from a server that imported torch once, and give
+    the same episodes."""
     policy, setup = hopper_policy()
     jobs = make_jobs((3600.0,), episodes=4, seed=10)
     expected_returns, expected_lengths = sequential_rollout(policy, setup, jobs)
@@ -51,11 +53,21 @@ def test_where_cuda_is_live_the_workers_come_from_a_fork_server(monkeypatch) -> 
     envs = make_vector(setup, 2, workers=2)
     try:
         assert {type(process).__name__ for process in envs.processes} == {"ForkServerProcess"}
+        servers = {parent_pid(process.pid) for process in envs.processes}
+        assert len(servers) == 1 and servers != {os.getpid()}
+        server_maps = Path(f"/proc/{servers.pop()}/maps").read_text()
+        assert "libtorch" in server_maps  # torch was imported in the server, before the fork
     finally:
         envs.close()
     returns, lengths = rollout(policy, setup, jobs, 2, workers=2)
     np.testing.assert_array_equal(lengths, expected_lengths)
     np.testing.assert_allclose(returns, expected_returns, rtol=1e-6, atol=1e-6)
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of a process, from /proc (Linux)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
 
 
 def test_training_hands_evaluations_to_the_service(minari_root, tmp_path, capsys) -> None:

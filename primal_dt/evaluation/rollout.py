@@ -9,6 +9,7 @@ head's output), so a seed fixes every return.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -29,6 +30,11 @@ from primal_dt.method.model import DecisionTransformer, evaluating
 from primal_dt.store.results import EvalRecord, TargetSummary, target_score
 from primal_dt.store.snapshots import Snapshot, TaskRecord
 
+# What a fork server imports once for the workers it forks: each worker still runs the main
+# script's imports (multiprocessing re-imports __main__ in every child), which then find these
+# loaded instead of importing torch again.
+WORKER_PRELOAD = ["torch", "gymnasium.envs.mujoco", "primal_dt.evaluation.rollout"]
+
 
 def make_vector(
     task: TaskRecord, num_envs: int, workers: int = 0, render: bool = False
@@ -45,14 +51,19 @@ def make_vector(
     make = partial(task.make_env, **drawn)
     if workers > 1:
         # A process forked from one that holds CUDA inherits a CUDA context it cannot use, so
-        # where CUDA is live the workers are forked from a fork server, a fresh process that
-        # imports the main module once. Spawning each instead re-imported torch once per slot:
-        # on an H200, 100 slots did not start within a minute. Elsewhere they fork directly.
+        # where CUDA is live the workers are forked from a fork server, a fresh process without
+        # CUDA that has imported WORKER_PRELOAD once. Spawning each instead imported torch once
+        # per slot: on an H200, 100 slots had not started within a minute. Elsewhere they fork
+        # directly from this process.
+        context = None
+        if torch.cuda.is_initialized():
+            multiprocessing.set_forkserver_preload(WORKER_PRELOAD)  # before the server starts
+            context = "forkserver"
         return gym.vector.AsyncVectorEnv(
             [make] * num_envs,
             autoreset_mode=gym.vector.AutoresetMode.DISABLED,
             max_concurrency=workers,
-            context="forkserver" if torch.cuda.is_initialized() else None,
+            context=context,
         )
     return gym.vector.SyncVectorEnv(
         [make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.DISABLED
