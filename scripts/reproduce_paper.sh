@@ -23,9 +23,9 @@
 # 2.7x to 2.9x as fast (239 to 250 steps/s DT, 221 to 223 Primal-DT over two runs; the Primal
 # paper's size 2.5x), about 6.5 hours one after another. How much 6 runs sharing the GPU
 # (--parallel) gain is not measured: if eager throughput grows 3 to 5 times (the GPU idles
-# between one process's launches), the sweep takes about 4 to 6 hours eager; evaluations (10 during training and a final
-# one of 100 episodes per target, in a process beside each run) add CPU load and the tail of the
-# last runs. Measure your machine's single-run rate with scripts/bench_train.py and scale:
+# between one process's launches), the sweep takes about 4 to 6 hours eager; evaluations (10
+# during training and a final one of 100 episodes per target, in a process beside each run) add
+# CPU load and the tail of the last runs. Measure your machine's single-run rate with scripts/bench_train.py and scale:
 # hours ~ 54 x 100000 / (rate x speed-up from --parallel) / 3600.
 set -euo pipefail
 RUNS="${RUNS:-runs/paper}"
