@@ -37,6 +37,7 @@ from doc_tables import write_section
 from primal_dt.common.loading import named_config_path
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.registry import ATTENTIONS
+from primal_dt.store.results import read_results
 from primal_dt.store.runconfig import RunConfig, read_run_config
 from primal_dt.store.rundir import RunDir
 from primal_dt.tools.corl import CorlScores, corl_scores
@@ -237,8 +238,9 @@ def main() -> None:
     text = "\n".join([
         f"Made by `python scripts/results.py` ({section}) on {date.today()}, on "
         f"{study_machines(records)}, trained in {study_precision(records)}, "
-        f"{minutes:.0f} minutes of training (from each run's start to its "
-        f"end, overlaps counted once; {study_steps(records) / (minutes / 60):,.0f} training steps "
+        f"{minutes:.0f} minutes of training (each session of each run from its start to its "
+        f"final evaluation, overlaps counted once; {study_steps(runs) / (minutes / 60):,.0f} "
+        f"training steps "
         f"an hour of the study, evaluations included): {len(tasks)} "
         f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x {seeds} seeds.",
         "",
@@ -410,9 +412,13 @@ def recorded(runs: Path) -> list[RunConfig]:
     return [read_run_config(RunDir(path.parent)) for path in sorted(runs.rglob("config.json"))]
 
 
-def study_steps(records: list[RunConfig]) -> int:
-    """The training steps of every run of the study, as each recorded them (config.json)."""
-    return sum(record.config.train.steps for record in records)
+def study_steps(runs: Path) -> int:
+    """The steps every run of the study trained: each to its last final evaluation (eval.jsonl),
+    not its config.json's train.steps, which an extended run (--resume --steps) keeps from its
+    first session."""
+    finals = ([record.step for record in read_results(RunDir(ends.parent)) if record.final]
+              for ends in runs.rglob("eval.jsonl"))  # fmt: skip
+    return sum(max(steps, default=0) for steps in finals)
 
 
 def section_of(report: str) -> str:
@@ -448,13 +454,35 @@ def study_precision(records: list[RunConfig]) -> str:
     return " and ".join(sorted(found)) or "no recorded precision"
 
 
+# TensorBoard names each event file after the time its writer opened (torch's EventFileWriter:
+# events.out.tfevents.<seconds>.<host>.<pid>.<n><suffix>); the trainer opens one writer without
+# a suffix each session, the evaluation service one with ".eval".
+EVENT_FILE = re.compile(r"events\.out\.tfevents\.(\d+)\..+\.\d+\.\d+(\.eval)?")
+
+
+def training_sessions(folder: Path) -> list[tuple[float, float]]:
+    """Each session of a run (one `train` command, the first or a --resume) as its span in
+    seconds: from its trainer's event file's opening to the last write of that file or of the
+    evaluation file opened after it (the final evaluation ends the session), so an extended
+    run's idle time between its sessions is not counted."""
+    opened = sorted((float(found[1]), bool(found[2]), path.stat().st_mtime)
+                    for path in folder.glob("events.out.tfevents.*")
+                    if (found := EVENT_FILE.fullmatch(path.name)))  # fmt: skip
+    sessions: list[tuple[float, float]] = []
+    for start, is_eval, written in opened:
+        if not is_eval:
+            sessions.append((start, written))
+        elif sessions:  # an evaluation file belongs to the session that opened last before it
+            sessions[-1] = (sessions[-1][0], max(sessions[-1][1], written))
+    return sessions
+
+
 def study_minutes(runs: Path) -> float:
-    """Minutes during which some run was training: the union of each run's span, from its start
-    (its config.json) to its end (its eval.jsonl), read from the run folders, so the same figure
-    when the report is made again, and no idle hours counted where a study was run in parts."""
-    spans = sorted((folder.joinpath("config.json").stat().st_mtime, ends.stat().st_mtime)
-                   for ends in runs.rglob("eval.jsonl")
-                   if (folder := ends.parent).joinpath("config.json").exists())  # fmt: skip
+    """Minutes during which some run was training: the union of every session of every run
+    (training_sessions), read from the run folders, so the same figure when the report is made
+    again, and no idle hours counted where a study was run in parts or extended."""
+    spans = sorted(span for ends in runs.rglob("eval.jsonl")
+                   for span in training_sessions(ends.parent))  # fmt: skip
     total, reached = 0.0, float("-inf")
     for start, end in spans:
         total += max(0.0, end - max(start, reached))

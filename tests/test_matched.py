@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import os
 import re
 import sys
 from pathlib import Path
+
+from conftest import SCRIPTS, results_script
 
 from primal_dt.cli import build_parser
 from primal_dt.common.loading import load_config, named_config_path
@@ -21,20 +22,7 @@ from primal_dt.store.rundir import RunDir
 from primal_dt.tools.corl import corl_scores, corl_table
 from primal_dt.tools.runs import Row
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 POLICIES = SCRIPTS.parent / "tests" / "policies"
-
-
-def results_script():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec = importlib.util.spec_from_file_location("results", SCRIPTS / "results.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(SCRIPTS))
 
 
 def test_matched_configs_differ_only_in_the_last_blocks_attention(tmp_path: Path) -> None:
@@ -203,16 +191,34 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
     assert f"<!-- results-summary:start -->\n{current}\n<!-- results-summary:end -->" in readme
 
 
-def test_study_minutes_count_overlapping_runs_once_and_no_gap_between_parts(tmp_path: Path) -> None:
-    script = results_script()
-    for name, start, end in [("a", 0, 600), ("b", 300, 900), ("c", 3600, 3900)]:  # seconds
+def event_file(folder: Path, opened: int, written: int, suffix: str = "") -> None:
+    """A TensorBoard event file as torch names it, opened and last written at these seconds."""
+    path = folder / f"events.out.tfevents.{opened}.host.name.4242.0{suffix}"
+    path.write_text("")
+    os.utime(path, (written, written))
+
+
+def test_study_minutes_count_every_session_overlaps_once_and_no_idle_time(tmp_path: Path) -> None:
+    """Sessions from the trainer's event files (opened: start; last written, or the evaluation
+    file's last write after it: end): two runs overlapping, one extended hours later."""
+    script, t0 = results_script(), 1_000_000_000
+    runs = {"a": [(0, 500, ".eval", 600)], "b": [(300, 900, None, 0)],
+            "extended": [(1200, 1500, ".eval", 1800), (9000, 9200, ".eval", 9300)]}  # fmt: skip
+    for name, sessions in runs.items():
         folder = tmp_path / "task" / name
         folder.mkdir(parents=True)
-        for file, when in (("config.json", start), ("eval.jsonl", end)):
-            (folder / file).write_text("{}")
-            os.utime(folder / file, (1e9 + when, 1e9 + when))
+        (folder / "eval.jsonl").write_text("")
+        for start, trained, evaluation, evaluated in sessions:
+            event_file(folder, t0 + start, t0 + trained)
+            if evaluation:  # the evaluation service's file, opened a little after the trainer's
+                event_file(folder, t0 + start + 10, t0 + evaluated, evaluation)
+        event_file(folder, t0 + 20000, t0 + 20000, ".by_task")  # a sweep's copy: no session
     (tmp_path / "task" / "unstarted").mkdir()
-    assert script.study_minutes(tmp_path) == (900 + 300) / 60
+    assert script.training_sessions(tmp_path / "task" / "extended") == [
+        (t0 + 1200, t0 + 1800),
+        (t0 + 9000, t0 + 9300),
+    ]
+    assert script.study_minutes(tmp_path) == (900 + 600 + 300) / 60
 
 
 def test_each_quality_has_its_own_section_of_the_results_page(tmp_path: Path) -> None:
@@ -266,6 +272,7 @@ def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(
             run.mkdir(parents=True)
             write_record(run, "fp32", [])
             (run / "eval.jsonl").write_text("{}")
+            event_file(run, 1_000_000_000, 1_000_000_060)  # a minute's session
         else:  # report
             reported = Path(args[args.index("--out") + 1])
             reported.mkdir(parents=True)

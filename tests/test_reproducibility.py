@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import scalars, train_args
+from conftest import results_script, scalars, train_args
 
 from primal_dt.cli import main
 from primal_dt.evaluation.rollout import EvalOptions
@@ -172,6 +172,10 @@ def test_extending_a_run_equals_training_it_straight_through(straight, tmp_path)
     assert [e for e in evals_b if e[0] != 50] == evals_a
     steps = [(step, final) for step, final, *_ in evals_b]
     assert steps == [(20, False), (40, False), (50, True), (60, False), (80, False), (100, True)]
+    # The study's cost line counts both sessions, and the steps trained, not config.json's 50.
+    script = results_script()
+    assert len(script.training_sessions(run_dir)) == 2
+    assert script.study_steps(tmp_path) == STEPS
 
 
 def test_a_resumed_run_prints_the_results_its_predecessor_never_printed(
