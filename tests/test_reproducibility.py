@@ -172,7 +172,9 @@ def test_extending_a_run_equals_training_it_straight_through(straight, tmp_path)
     assert [e for e in evals_b if e[0] != 50] == evals_a
     steps = [(step, final) for step, final, *_ in evals_b]
     assert steps == [(20, False), (40, False), (50, True), (60, False), (80, False), (100, True)]
-    # The study's cost line counts both sessions, and the steps trained, not config.json's 50.
+    # The report's quarters and the study's cost line count the steps trained, not config.json's
+    # 50, and both sessions.
+    assert read_run(run_dir, spectra=False).steps == STEPS
     script = results_script()
     assert len(script.training_sessions(run_dir)) == 2
     assert script.study_steps(tmp_path) == STEPS

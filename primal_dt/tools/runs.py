@@ -39,7 +39,9 @@ class RunSummary:
     task: str
     config: str
     seed: int
-    steps: int  # configured train.steps
+    # train.steps as the run's last session set it: its checkpoint's (config.json keeps the
+    # first session's, which an extended run, --resume --steps, outgrew); config.json's without one
+    steps: int
     block_kinds: list[str]  # each block's attention (method/registry.py)
     return_conditioning: bool = True  # model.return_conditioning: False for behaviour cloning
     parameters: int | None = None  # the model's trainable parameters (from its checkpoint)
@@ -108,7 +110,7 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
     except PrimalDTError as err:
         summary.notes.append(str(err))
         return summary
-    summary.step = snapshot.step
+    summary.step, summary.steps = snapshot.step, snapshot.config.train.steps
     summary.parameters = sum(p.numel() for p in snapshot.build_model().parameters())
     if finals and finals[-1].step != summary.step:
         summary.notes.append(
