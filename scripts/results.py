@@ -206,6 +206,8 @@ def main() -> None:
                         help="the docs section to write (default: the study's quality's; "
                              "<that>-<env> for some of its tasks apart, counted in the summary)")  # fmt: skip
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--record-only", action="store_true",
+                        help="record the datasets the study needs, and train nothing")  # fmt: skip
     args = parser.parse_args()
     out = Path(args.out).resolve()
     env = {**os.environ, "MINARI_DATASETS_PATH": str(out / "minari")}
@@ -214,6 +216,8 @@ def main() -> None:
     )
     tasks = args.tasks.split(",") if args.tasks else recorded_tasks(quality)
     record(out / "minari", tasks, args.dataset_steps, env, args.parallel)
+    if args.record_only:
+        return
     configs, section, compared, settings = comparison(args, out, tasks)
     section = args.section or section
     if args.episodes is not None:

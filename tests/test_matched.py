@@ -258,6 +258,19 @@ def test_the_studys_precision_and_machines_are_read_from_what_its_runs_recorded(
     assert script.study_machines(script.recorded(tmp_path)) == "X and Y"
 
 
+def test_record_only_records_the_studys_datasets_and_trains_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    script, recorded, commands = results_script(), [], []
+    monkeypatch.setattr(script, "record", lambda root, tasks, *rest: recorded.append((root, tasks)))
+    monkeypatch.setattr(script, "primal_dt", lambda *args, **kwargs: commands.append(args))
+    monkeypatch.setattr(sys, "argv", ["results.py", "--out", str(tmp_path), "--medium-expert",
+                                      "--record-only"])  # fmt: skip
+    script.main()
+    assert recorded == [(tmp_path / "minari", script.recorded_tasks("medium-expert"))]
+    assert commands == [] and sorted(tmp_path.iterdir()) == []
+
+
 def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(
     tmp_path: Path, monkeypatch
 ) -> None:
