@@ -37,9 +37,9 @@ from doc_tables import write_section
 from primal_dt.common.loading import named_config_path
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.registry import ATTENTIONS
-from primal_dt.store.results import read_results
 from primal_dt.store.runconfig import RunConfig, read_run_config
 from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot
 from primal_dt.tools.corl import CorlScores, corl_scores
 from primal_dt.tools.flatness import FLAT
 from primal_dt.tools.paper import paper_scores
@@ -231,6 +231,7 @@ def main() -> None:
               *[a for s in settings for a in ("--set", s)], env=env)  # fmt: skip
     primal_dt("report", str(runs), "--out", str(reported), env=env)
     minutes, records = study_minutes(runs), recorded(runs)
+    pace = f"{study_steps(runs) / (minutes / 60):,.0f}" if minutes else "no recorded session's"
     report = (reported / "report.md").read_text()
     # The docs show copies of the figures; a study that writes no docs writes nothing outside --out.
     pictures = (
@@ -243,8 +244,7 @@ def main() -> None:
         f"Made by `python scripts/results.py` ({section}) on {date.today()}, on "
         f"{study_machines(records)}, trained in {study_precision(records)}, "
         f"{minutes:.0f} minutes of training (each session of each run from its start to its "
-        f"final evaluation, overlaps counted once; {study_steps(runs) / (minutes / 60):,.0f} "
-        f"training steps "
+        f"final evaluation, overlaps counted once; {pace} training steps "
         f"an hour of the study, evaluations included): {len(tasks)} "
         f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x {seeds} seeds.",
         "",
@@ -411,18 +411,21 @@ def figure_link(path: Path) -> str:
     return f"../{path.relative_to(ROOT)}" if path.is_relative_to(ROOT) else str(path)
 
 
+def run_folders(runs: Path) -> list[Path]:
+    """Every run under runs: the folders holding a config.json (train writes it first)."""
+    return sorted(path.parent for path in runs.rglob("config.json"))
+
+
 def recorded(runs: Path) -> list[RunConfig]:
     """Every run's config.json under runs, read once for the study's line (the helpers below)."""
-    return [read_run_config(RunDir(path.parent)) for path in sorted(runs.rglob("config.json"))]
+    return [read_run_config(RunDir(folder)) for folder in run_folders(runs)]
 
 
 def study_steps(runs: Path) -> int:
-    """The steps every run of the study trained: each to its last final evaluation (eval.jsonl),
-    not its config.json's train.steps, which an extended run (--resume --steps) keeps from its
-    first session."""
-    finals = ([record.step for record in read_results(RunDir(ends.parent)) if record.final]
-              for ends in runs.rglob("eval.jsonl"))  # fmt: skip
-    return sum(max(steps, default=0) for steps in finals)
+    """The steps every run of the study trained: its checkpoint's, not its config.json's
+    train.steps, which an extended run (--resume --steps) keeps from its first session."""
+    checkpoints = [RunDir(folder).checkpoint for folder in run_folders(runs)]
+    return sum(read_snapshot(path).step for path in checkpoints if path.exists())
 
 
 def section_of(report: str) -> str:
@@ -460,15 +463,18 @@ def study_precision(records: list[RunConfig]) -> str:
 
 # TensorBoard names each event file after the time its writer opened (torch's EventFileWriter:
 # events.out.tfevents.<seconds>.<host>.<pid>.<n><suffix>); the trainer opens one writer without
-# a suffix each session, the evaluation service one with ".eval".
-EVENT_FILE = re.compile(r"events\.out\.tfevents\.(\d+)\..+\.\d+\.\d+(\.eval)?")
+# a suffix each session, the evaluation service one with ".eval"; other suffixes (a sweep's
+# ".by_task" copies) are no session's.
+EVENT_FILE = re.compile(r"events\.out\.tfevents\.(\d+)\..*\.\d+\.\d+(\.eval)?")
 
 
 def training_sessions(folder: Path) -> list[tuple[float, float]]:
     """Each session of a run (one `train` command, the first or a --resume) as its span in
-    seconds: from its trainer's event file's opening to the last write of that file or of the
-    evaluation file opened after it (the final evaluation ends the session), so an extended
-    run's idle time between its sessions is not counted."""
+    seconds: from its trainer's event file's opening (the name's clock) to the last write of that
+    file or of the evaluation files opened after it (the final evaluation ends the session; the
+    file's mtime, so a copy must keep mtimes), so an extended run's idle time between its sessions
+    is not counted. An external evaluator (eval.service="external") started long after its
+    session would stretch that session: the studies evaluate beside training."""
     opened = sorted((float(found[1]), bool(found[2]), path.stat().st_mtime)
                     for path in folder.glob("events.out.tfevents.*")
                     if (found := EVENT_FILE.fullmatch(path.name)))  # fmt: skip
@@ -485,8 +491,7 @@ def study_minutes(runs: Path) -> float:
     """Minutes during which some run was training: the union of every session of every run
     (training_sessions), read from the run folders, so the same figure when the report is made
     again, and no idle hours counted where a study was run in parts or extended."""
-    spans = sorted(span for ends in runs.rglob("eval.jsonl")
-                   for span in training_sessions(ends.parent))  # fmt: skip
+    spans = sorted(span for folder in run_folders(runs) for span in training_sessions(folder))
     total, reached = 0.0, float("-inf")
     for start, end in spans:
         total += max(0.0, end - max(start, reached))

@@ -200,18 +200,19 @@ def event_file(folder: Path, opened: int, written: int, suffix: str = "") -> Non
 
 def test_study_minutes_count_every_session_overlaps_once_and_no_idle_time(tmp_path: Path) -> None:
     """Sessions from the trainer's event files (opened: start; last written, or the evaluation
-    file's last write after it: end): two runs overlapping, one extended hours later."""
+    file's last write after it: end): two runs overlapping (b killed before any evaluation), one
+    extended hours later; each evaluation file opened in its trainer's second."""
     script, t0 = results_script(), 1_000_000_000
     runs = {"a": [(0, 500, ".eval", 600)], "b": [(300, 900, None, 0)],
             "extended": [(1200, 1500, ".eval", 1800), (9000, 9200, ".eval", 9300)]}  # fmt: skip
     for name, sessions in runs.items():
         folder = tmp_path / "task" / name
         folder.mkdir(parents=True)
-        (folder / "eval.jsonl").write_text("")
+        (folder / "config.json").write_text("{}")
         for start, trained, evaluation, evaluated in sessions:
             event_file(folder, t0 + start, t0 + trained)
-            if evaluation:  # the evaluation service's file, opened a little after the trainer's
-                event_file(folder, t0 + start + 10, t0 + evaluated, evaluation)
+            if evaluation:  # the evaluation service's file
+                event_file(folder, t0 + start, t0 + evaluated, evaluation)
         event_file(folder, t0 + 20000, t0 + 20000, ".by_task")  # a sweep's copy: no session
     (tmp_path / "task" / "unstarted").mkdir()
     assert script.training_sessions(tmp_path / "task" / "extended") == [
