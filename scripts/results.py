@@ -38,7 +38,7 @@ from primal_dt.common.loading import named_config_path
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.registry import ATTENTIONS
 from primal_dt.store.runconfig import RunConfig, read_run_config
-from primal_dt.store.rundir import RunDir
+from primal_dt.store.rundir import EVAL_EVENTS_SUFFIX, RunDir
 from primal_dt.store.snapshots import read_snapshot
 from primal_dt.tools.corl import CorlScores, corl_scores
 from primal_dt.tools.flatness import FLAT
@@ -463,9 +463,11 @@ def study_precision(records: list[RunConfig]) -> str:
 
 # TensorBoard names each event file after the time its writer opened (torch's EventFileWriter:
 # events.out.tfevents.<seconds>.<host>.<pid>.<n><suffix>); the trainer opens one writer without
-# a suffix each session, the evaluation service one with ".eval"; other suffixes (a sweep's
-# ".by_task" copies) are no session's.
-EVENT_FILE = re.compile(r"events\.out\.tfevents\.(\d+)\..*\.\d+\.\d+(\.eval)?")
+# a suffix each session, the evaluation service one with EVAL_EVENTS_SUFFIX; other suffixes (a
+# sweep's ".by_task" copies) are no session's.
+EVENT_FILE = re.compile(
+    rf"events\.out\.tfevents\.(\d+)\..*\.\d+\.\d+({re.escape(EVAL_EVENTS_SUFFIX)})?"
+)
 
 
 def training_sessions(folder: Path) -> list[tuple[float, float]]:

@@ -46,7 +46,7 @@ from primal_dt.store.results import (
     read_results,
     target_score,
 )
-from primal_dt.store.rundir import RunDir, step_of
+from primal_dt.store.rundir import EVAL_EVENTS_SUFFIX, RunDir, step_of
 from primal_dt.store.snapshots import Snapshot, read_snapshot, write_snapshot
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -156,7 +156,7 @@ class CheckpointRecorder:
         if self._writer is None:
             # Never with a purge_step: a resumed run's trainer purges (trainer.py); a purge from
             # this file, which starts later, would drop what the resumed trainer logged since.
-            self._writer = SummaryWriter(str(self.run.path), filename_suffix=".eval")
+            self._writer = SummaryWriter(str(self.run.path), filename_suffix=EVAL_EVENTS_SUFFIX)
         for s in record.results:
             tag = f"eval/{s.target:g}"
             self._writer.add_scalar(f"{tag}/return", s.return_mean, record.step)

@@ -11,7 +11,8 @@
       return_curve_step_N.*  a target sweep's record and figure (conditioning.py)
       videos/                MP4 files of rendered episodes (video.py)
       train.log              a sweep run's output (sweep.py)
-      events.out.tfevents.*  TensorBoard
+      events.out.tfevents.*  TensorBoard: the trainer's file of each session, the evaluator's
+                             (EVAL_EVENTS_SUFFIX) beside it
 
 Each record has its own module, one dataclass, one writer and one reader: runconfig.py
 (config.json), snapshots.py (ckpt.pt, best.pt, checkpoints/, eval_queue/), results.py (eval.jsonl);
@@ -23,6 +24,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+# The suffix of the evaluator's TensorBoard event files (the trainer's have none).
+EVAL_EVENTS_SUFFIX = ".eval"
 
 
 def step_of(path: Path) -> int:
