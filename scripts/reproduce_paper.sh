@@ -25,7 +25,8 @@
 # (--parallel) gain is not measured: if eager throughput grows 3 to 5 times (the GPU idles
 # between one process's launches), the sweep takes about 4 to 6 hours eager; evaluations (10
 # during training and a final one of 100 episodes per target, in a process beside each run) add
-# CPU load and the tail of the last runs. Measure your machine's single-run rate with scripts/bench_train.py and scale:
+# CPU load and the tail of the last runs. Measure your machine's single-run rate with
+# scripts/bench_train.py and scale:
 # hours ~ 54 x 100000 / (rate x speed-up from --parallel) / 3600.
 set -euo pipefail
 RUNS="${RUNS:-runs/paper}"
