@@ -324,24 +324,35 @@ def flatness_sentence(curves: list[str]) -> str:
 def summary(page: str) -> str:
     """The README's two lines, from the sentences of the results page's matched DT-against-
     Primal-DT sections (one per quality of dataset): on how many datasets the scores differ, and
-    on how many the Primal block's rank_90 is below the same block's with softmax."""
+    on how many the Primal block's rank_90 is below the same block's with softmax. A replication
+    (a results-replication* section: new seeds, chosen after a study) is said apart, not counted.
+    """
     studies = [_section(page, name) for name in SECTIONS.values()]
     envs = "|".join(RECORDED)  # and <section>-<env>: some tasks of a quality, made apart
     studies += [_section(page, f"{name}-{more}") for name in SECTIONS.values()
                 for more in re.findall(rf"<!-- {name}-((?:{envs})[\w-]*):start -->", page)]  # fmt: skip
     studies = [text for text in studies if text]
-    sentences = [s for text in studies for s in _sentences(text, "Comparisons per task")]
+    sentences = _primal_sentences(studies)
     seeds = sorted({int(n) for text in studies for n in re.findall(r" x (\d+) seeds\.", text)})
-    sentences = [s for s in sentences if "matched-bc" not in s]  # DT against Primal-DT alone
     found = [s for s in sentences if " scores above " in s or " scores below " in s]
     verdict = (
-        f"a difference on {len(found)} of {len(sentences)}: " + " ".join(found)
+        f"a difference on {len(found)} of {len(sentences)}{_by_chance(len(sentences))}: "
+        + " ".join(found).removesuffix(".")
         if found
         else f"no difference in score detected on any of the {len(sentences)} ({_why_none(sentences)})"
     )
-    over = [s for text in studies for s in _sentences(text, "Paired differences over tasks")
-            if "matched-bc" not in s]  # fmt: skip
-    power = "".join(f" Over tasks: {s}" for s in over)  # with what the study could detect
+    power = "".join(  # with what the study could detect
+        f" Over {_tasks_of(text)}: {s}"
+        for text in studies
+        for s in _sentences(text, "Paired differences over tasks")
+        if "matched-bc" not in s
+    )
+    # Replications (sections results-replication*): new seeds, decided after a study, apart.
+    again = [
+        _section(page, name)
+        for name in re.findall(r"<!-- (results-replication[\w-]*):start -->", page)
+    ]
+    replicated = "".join(f" Again with new seeds: {s}" for s in _primal_sentences(again))
     matched = [s for text in studies for s in _sentences(text, "Attention spectrum")
                if ", block " in s and "matched-bc" not in s]  # fmt: skip
     lower = [s for s in matched if "(Primal) has a lower rank_90 than" in s]
@@ -355,9 +366,33 @@ def summary(page: str) -> str:
         f"Matched DT against Primal-DT (only the last block's attention differs) on "
         f"{len(sentences)} of the datasets recorded here{_overlap(sentences)}, "
         f"{' or '.join(map(str, seeds))} seeds "
-        f"each, at a CPU budget: {verdict}.{power}{spectra} "
+        f"each, at a CPU budget: {verdict}.{replicated}{power}{spectra} "
         "Per-task scores, intervals and the paper's table: [Results](docs/results.md)."
     )
+
+
+def _primal_sentences(studies: list[str]) -> list[str]:
+    """The studies' per-task comparisons of DT against Primal-DT (matched-bc's left out)."""
+    return [s for text in studies for s in _sentences(text, "Comparisons per task")
+            if "matched-bc" not in s]  # fmt: skip
+
+
+def _by_chance(comparisons: int) -> str:
+    """How often, with no true difference on any task, at least one of several independent 95%
+    intervals excludes 0 (1 − 0.95^n): what one claimed difference among them is worth."""
+    if comparisons < 2:
+        return ""
+    chance = 1 - 0.95**comparisons
+    return (
+        f" (with no true difference on any, at least one of {comparisons} intervals at 95% "
+        f"would exclude 0 in {chance:.0%} of studies)"
+    )
+
+
+def _tasks_of(study: str) -> str:
+    """The tasks a study's first line names ("3 tasks (a, b, c) x ..."), or "tasks"."""
+    found = re.search(r" \d+ tasks? \(([^)]*)\) x ", study)
+    return found[1] if found else "tasks"
 
 
 def _why_none(sentences: list[str]) -> str:

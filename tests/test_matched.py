@@ -161,7 +161,11 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
     ])  # fmt: skip
     text = script.summary(page)
     assert "on 2 of the datasets recorded here, 5 seeds each" in text
-    assert "a difference on 1 of 2: a scores above b on t2" in text
+    assert (
+        "a difference on 1 of 2 (with no true difference on any, at least one of 2 intervals at "
+        "95% would exclude 0 in 10% of studies): a scores above b on t2" in text
+    )
+    assert ".." not in text  # a claimed difference's sentence ends once
     assert "lower rank_90 than the same block's with softmax on 1 of the 2" in text
     none = script.summary(page.replace("- a scores above", "- No difference: a"))
     assert "no difference in score detected on any of the 2 (95% intervals overlap)" in none
@@ -177,6 +181,15 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
         1,
     )
     assert f"Over tasks: {over}" in script.summary(with_power)
+    named = with_power.replace("Made by ...", "Made by ...: 3 tasks (t1, t3, t4) x ...", 1)
+    assert f"Over t1, t3, t4: {over}" in script.summary(named)
+    # A replication with new seeds is said apart and not counted as a dataset of its own.
+    again = "a − b on t2: -3.0 [-4.0, -2.0] over 5 paired seeds: a scores below b"
+    replicated = script.summary(
+        page + "\n\n" + section("results-replication", 5, [f"- {again}."], [])
+    )
+    assert f"Again with new seeds: {again}." in replicated
+    assert "on 2 of the datasets recorded here" in replicated
     # A medium-expert dataset holds its medium one: counted, and named as not independent.
     overlapping = page.replace(" on t1 at", " on h-medium at").replace(
         " on t2 at", " on h-medium-expert at"
