@@ -327,12 +327,10 @@ def summary(page: str) -> str:
     on how many the Primal block's rank_90 is below the same block's with softmax. A replication
     (a results-replication* section: new seeds, chosen after a study) is said apart, not counted.
     """
-    studies = [_section(page, name) for name in SECTIONS.values()]
-    envs = "|".join(RECORDED)  # and <section>-<env>: some tasks of a quality, made apart
-    studies += [_section(page, f"{name}-{more}") for name in SECTIONS.values()
-                for more in re.findall(rf"<!-- {name}-((?:{envs})[\w-]*):start -->", page)]  # fmt: skip
-    studies = [text for text in studies if text]
-    sentences = _primal_sentences(studies)
+    qualities, envs = "|".join(SECTIONS.values()), "|".join(RECORDED)
+    # One section per quality, and <section>-<env>...: some tasks of a quality, made apart.
+    studies = _sections_named(page, rf"(?:{qualities})(?:-(?:{envs})[\w-]*)?")
+    sentences = _primal_sentences(studies, "Comparisons per task")
     seeds = sorted({int(n) for text in studies for n in re.findall(r" x (\d+) seeds\.", text)})
     found = [s for s in sentences if " scores above " in s or " scores below " in s]
     verdict = (
@@ -344,17 +342,14 @@ def summary(page: str) -> str:
     power = "".join(  # with what the study could detect
         f" Over {_tasks_of(text)}: {s}"
         for text in studies
-        for s in _sentences(text, "Paired differences over tasks")
-        if "matched-bc" not in s
+        for s in _primal_sentences([text], "Paired differences over tasks")
     )
     # Replications (sections results-replication*): new seeds, decided after a study, apart.
-    again = [
-        _section(page, name)
-        for name in re.findall(r"<!-- (results-replication[\w-]*):start -->", page)
-    ]
-    replicated = "".join(f" Again with new seeds: {s}" for s in _primal_sentences(again))
-    matched = [s for text in studies for s in _sentences(text, "Attention spectrum")
-               if ", block " in s and "matched-bc" not in s]  # fmt: skip
+    again = _sections_named(page, r"results-replication[\w-]*")
+    replicated = "".join(
+        f" Again with new seeds: {s}" for s in _primal_sentences(again, "Comparisons per task")
+    )
+    matched = [s for s in _primal_sentences(studies, "Attention spectrum") if ", block " in s]
     lower = [s for s in matched if "(Primal) has a lower rank_90 than" in s]
     spectra = (
         f" The Primal block's attention output has a lower rank_90 than the same block's with "
@@ -371,10 +366,15 @@ def summary(page: str) -> str:
     )
 
 
-def _primal_sentences(studies: list[str]) -> list[str]:
-    """The studies' per-task comparisons of DT against Primal-DT (matched-bc's left out)."""
-    return [s for text in studies for s in _sentences(text, "Comparisons per task")
-            if "matched-bc" not in s]  # fmt: skip
+def _sections_named(page: str, pattern: str) -> list[str]:
+    """The texts of the page's non-empty sections whose whole name matches pattern, in order."""
+    names = re.findall(rf"<!-- ({pattern}):start -->", page)
+    return [text for name in names if (text := _section(page, name))]
+
+
+def _primal_sentences(studies: list[str], heading: str) -> list[str]:
+    """The studies' sentences under heading, DT against Primal-DT alone (matched-bc's left out)."""
+    return [s for text in studies for s in _sentences(text, heading) if "matched-bc" not in s]
 
 
 def _by_chance(comparisons: int) -> str:
