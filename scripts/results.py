@@ -43,7 +43,7 @@ from primal_dt.store.snapshots import read_snapshot
 from primal_dt.tools.corl import CorlScores, corl_scores
 from primal_dt.tools.flatness import FLAT
 from primal_dt.tools.paper import paper_scores
-from primal_dt.tools.report import PAPER_HEADING, paper_table
+from primal_dt.tools.report import LAST_QUARTER_HEADING, PAPER_HEADING, paper_table
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "tests" / "policies"
@@ -333,9 +333,10 @@ def summary(page: str) -> str:
     sentences = _primal_sentences(studies, "Comparisons per task")
     seeds = sorted({int(n) for text in studies for n in re.findall(r" x (\d+) seeds\.", text)})
     found = [s for s in sentences if " scores above " in s or " scores below " in s]
+    late = _primal_sentences(studies, LAST_QUARTER_HEADING.removeprefix("## "))
     verdict = (
         f"a difference on {len(found)} of {len(sentences)}{_by_chance(len(sentences))}: "
-        + " ".join(found).removesuffix(".")
+        + " ".join(_with_last_quarter(s, late) for s in found).removesuffix(".")
         if found
         else f"no difference in score detected on any of the {len(sentences)} ({_why_none(sentences)})"
     )
@@ -375,6 +376,16 @@ def _sections_named(page: str, pattern: str) -> list[str]:
 def _primal_sentences(studies: list[str], heading: str) -> list[str]:
     """The studies' sentences under heading, DT against Primal-DT alone (matched-bc's left out)."""
     return [s for text in studies for s in _sentences(text, heading) if "matched-bc" not in s]
+
+
+def _with_last_quarter(claimed: str, late: list[str]) -> str:
+    """A claimed difference's sentence with the same pair's over the runs' last-quarter
+    evaluations (where its section has them): whether it holds before the final evaluation."""
+    head = claimed.split(": ", 1)[0] + ": "  # "config − baseline on task: "
+    same = [s.removeprefix(head).split("; the study")[0] for s in late if s.startswith(head)]
+    if not same:
+        return claimed
+    return f"{claimed.removesuffix('.')}; over each run's last-quarter evaluations: {same[0]}."
 
 
 def _by_chance(comparisons: int) -> str:

@@ -189,6 +189,18 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
         page + "\n\n" + section("results-replication", 5, [f"- {again}."], [])
     )
     assert f"Again with new seeds: {again}." in replicated
+    # A claimed difference with the same pair's over the last quarter's evaluations beside it.
+    claimed = "a − b on t2: -3.0 [-4.0, -2.0] over 5 paired seeds: a scores below b; the study"
+    late = "-0.2 [-2.9, +2.4] over 5 paired seeds: no difference detected"
+    with_late = page.replace(
+        "- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2]).",
+        f"- {claimed} could detect 2.9 points.\n\n### Paired differences over the last "
+        f"quarter\n\n- a − b on t1: +9.0 ...\n- a − b on t2: {late}; the study could ...",
+    )
+    assert (
+        f"{claimed} could detect 2.9 points; over each run's last-quarter evaluations: {late}. "
+        in script.summary(with_late)
+    )
     assert "on 2 of the datasets recorded here" in replicated
     # A medium-expert dataset holds its medium one: counted, and named as not independent.
     overlapping = page.replace(" on t1 at", " on h-medium at").replace(

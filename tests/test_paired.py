@@ -4,6 +4,8 @@ difference needs, the normality warning, and the report's sentences."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -12,14 +14,15 @@ from primal_dt.tools.paired import (
     POWER,
     TARGET,
     detectable,
+    last_quarter_differences,
     paired_differences,
     paired_over_tasks,
     seeds_for,
     sentence,
     t_test_power,
 )
-from primal_dt.tools.report import comparisons_section
-from primal_dt.tools.runs import Row
+from primal_dt.tools.report import LAST_QUARTER_HEADING, comparisons_section, last_quarter_section
+from primal_dt.tools.runs import Row, RunSummary
 
 
 def row(task: str, config: str, per_seed: dict[int, float | None]) -> Row:
@@ -99,3 +102,29 @@ def test_over_tasks_the_mean_difference_and_what_it_could_detect() -> None:
     section = comparisons_section(rows, "b")
     assert "x − b on t1: +3.0 [+3.0, +3.0] over 5 paired seeds: x scores above b" in section
     assert "x − b over 3 tasks (5 paired seeds each): +3.1" in section
+
+
+def test_last_quarter_pairs_each_runs_mean_over_its_late_evaluations() -> None:
+    """Each run's mean over steps 600 < s <= 800 of 800 (its evaluations at 700 and the final
+    800), paired by seed, against a direct computation; a seed without a late evaluation, and
+    its partner, are left out; the section's sentence is the paired one with its power."""
+
+    def run(config: str, seed: int, curve: dict[int, float]) -> RunSummary:
+        summary = RunSummary(Path(f"{config}{seed}"), "t", config, seed, 800, ["softmax"])
+        summary.scores = sorted(curve.items())
+        return summary
+
+    base = [run("b", s, {400: 9.0, 600: 30.0, 700: 10.0 + s, 800: 12.0 + 2 * s}) for s in range(4)]
+    late = [run("a", s, {600: 50.0, 700: 14.0 + s, 800: 13.0 + s * s}) for s in range(3)]
+    early = run("a", 3, {400: 99.0})  # evaluated only before the last quarter
+    (paired,) = last_quarter_differences([*late, early, *base], "a", "b")
+    expected = [(14.0 + s + 13.0 + s * s) / 2 - (10.0 + s + 12.0 + 2 * s) / 2 for s in range(3)]
+    assert paired.task == "t" and paired.seeds == [0, 1, 2]
+    assert paired.differences == pytest.approx(expected)
+    section = last_quarter_section([*late, early, *base], "b")
+    assert (
+        section.startswith(LAST_QUARTER_HEADING)
+        and "the final one included: 2 per run here" in section
+    )
+    assert f"- {sentence(paired)}" in section.splitlines()
+    assert last_quarter_section(base, "b") == "" and last_quarter_section(late, None) == ""

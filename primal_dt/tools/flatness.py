@@ -19,15 +19,22 @@ FLATNESS_HEADING = "## Are the curves flat?"
 FLAT = "flat: no change detected beyond the seeds' spread"  # a sentence's verdict, read back too
 
 
+def quarter_mean(
+    scores: Sequence[tuple[int, float]], steps: int, last: bool = True
+) -> float | None:
+    """The mean score of a run's evaluations in the last quarter of its steps (3/4 S < s <= S, the
+    final evaluation included), or with last=False in the quarter before (S/2 < s <= 3/4 S); None
+    where that quarter has no evaluation."""
+    low, high = (0.75, 1.0) if last else (0.5, 0.75)
+    found = [score for step, score in scores if low * steps < step <= high * steps]
+    return float(np.mean(found)) if found else None
+
+
 def quarter_change(scores: Sequence[tuple[int, float]], steps: int) -> float | None:
-    """The mean score of the evaluations in the last quarter of a run's steps (steps 3/4 S < s <=
-    S) minus the mean of those in the quarter before (S/2 < s <= 3/4 S); None where either quarter
-    has no evaluation."""
-    late = [score for step, score in scores if 0.75 * steps < step <= steps]
-    before = [score for step, score in scores if 0.5 * steps < step <= 0.75 * steps]
-    if not late or not before:
-        return None
-    return float(np.mean(late) - np.mean(before))
+    """The last quarter's mean score minus the quarter before's (quarter_mean); None where either
+    quarter has no evaluation."""
+    late, before = quarter_mean(scores, steps), quarter_mean(scores, steps, last=False)
+    return None if late is None or before is None else late - before
 
 
 def flatness_sentences(summaries: Sequence[RunSummary]) -> list[str]:

@@ -4,7 +4,9 @@ Two runs of a task with the same seed share their data order, their evaluation e
 (for configs of the same size) their initial weights outside the block that differs, so the report
 compares them seed by seed: per task, d_i = config's final score - baseline's, over the seeds both
 have, and a Student's t 95% interval of mean(d). That interval is narrower than the overlap of the
-two configs' own intervals wherever the seeds' scores move together.
+two configs' own intervals wherever the seeds' scores move together. The same comparison on each
+run's mean score over the last quarter of its training (last_quarter_differences) says whether a
+difference in final score holds over the evaluations before it, or rests on the last one alone.
 
 Power, per task: the smallest true difference a two-sided paired t-test at the 5% level detects
 with 80% probability at this many pairs, taking the measured std of the differences as the true
@@ -27,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from primal_dt.tools.runs import ReportError, Row
+from primal_dt.tools.flatness import quarter_mean
+from primal_dt.tools.runs import ReportError, Row, RunSummary
 from primal_dt.tools.statistics import (
     CONFIDENCE,
     Interval,
@@ -137,6 +140,16 @@ class Paired:
         return float(_scipy()[0].shapiro(self.differences).pvalue)
 
 
+def _pair(
+    task: str, config: str, baseline: str, mine: dict[int, float | None],
+    theirs: dict[int, float | None],
+) -> Paired | None:  # fmt: skip
+    """The differences of the seeds both have a score for, in seed order (None where none)."""
+    seeds = sorted(s for s, v in mine.items() if v is not None and theirs.get(s) is not None)
+    differences = [float(mine[s]) - float(theirs[s]) for s in seeds]  # type: ignore[arg-type]
+    return Paired(task, config, baseline, seeds, differences) if seeds else None
+
+
 def paired_differences(rows: Sequence[Row], config: str, baseline: str) -> list[Paired]:
     """Per task both configs ran with normalised scores, the differences of the seeds both have
     a final score for, in seed order."""
@@ -148,10 +161,28 @@ def paired_differences(rows: Sequence[Row], config: str, baseline: str) -> list[
             continue
         mine = dict(zip(row.seeds, row.per_seed, strict=True))
         theirs = dict(zip(base.seeds, base.per_seed, strict=True))
-        seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
-        differences = [float(mine[s]) - float(theirs[s]) for s in seeds]  # type: ignore[arg-type]
-        if seeds:
-            found.append(Paired(task, config, baseline, seeds, differences))
+        if paired := _pair(task, config, baseline, mine, theirs):
+            found.append(paired)
+    return found
+
+
+def last_quarter_differences(
+    summaries: Sequence[RunSummary], config: str, baseline: str
+) -> list[Paired]:
+    """As paired_differences, on each run's mean score over the last quarter of its training
+    (flatness.quarter_mean) instead of its final evaluation: the final score is one evaluation,
+    and where the curves wander it rests on where each happens to stand at the end. Tasks in
+    name order."""
+    means: dict[tuple[str, str], dict[int, float | None]] = {}
+    for run in summaries:
+        if run.normalized:
+            mean = quarter_mean(run.scores, run.steps)
+            means.setdefault((run.task, run.config), {})[run.seed] = mean
+    found = []
+    for (task, name), mine in sorted(means.items()):
+        theirs = means.get((task, baseline))
+        if name == config and theirs and (paired := _pair(task, config, baseline, mine, theirs)):
+            found.append(paired)
     return found
 
 

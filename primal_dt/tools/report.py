@@ -4,7 +4,8 @@ This module only renders: which runs count and what their scores are is decided 
 number and interval in statistics.py, so a table cannot print what was not computed there.
 report.md holds, in order: the scores per task (each seed's, their mean and Student's t interval,
 the best evaluation where there were evaluations during training, the dataset's own score); a
-sentence per config and task against the baseline config; the aggregates over tasks (only at
+sentence per config and task against the baseline config; whether the curves are flat, and the
+same comparison over the last quarter's evaluations; the aggregates over tasks (only at
 MIN_SEEDS_FOR_AGGREGATES seeds, with their simulated coverage); the attention spectrum with its
 sentences; the Primal-Attention paper's table, apart from ours (it is not comparable); figures
 and notes.
@@ -30,6 +31,7 @@ from primal_dt.tools.flatness import flatness_section
 from primal_dt.tools.paired import (
     POWER,
     TARGET,
+    last_quarter_differences,
     over_tasks_sentence,
     paired_differences,
     paired_over_tasks,
@@ -294,6 +296,36 @@ def comparisons_section(rows: list[Row], baseline: str | None) -> str:
             *over,
         ]
     return "\n".join(lines)
+
+
+LAST_QUARTER_HEADING = "## Paired differences over the last quarter"
+
+
+def last_quarter_section(summaries: list[RunSummary], baseline: str | None) -> str:
+    """Every config against the baseline per task, as comparisons_section does, on each run's mean
+    score over the last quarter of its training (paired.last_quarter_differences); "" where no
+    two seeds pair there (one config, or no evaluations in the last quarter)."""
+    if baseline is None:
+        return ""
+    configs = unique(sorted(s.config for s in summaries if s.config != baseline))
+    pairs = [p for c in configs for p in last_quarter_differences(summaries, c, baseline)]
+    sentences = [f"- {paired_sentence(p)}" for p in pairs if len(p.seeds) > 1]
+    if not sentences:
+        return ""
+    paired = {(p.task, c, seed) for p in pairs for c in (p.config, p.baseline) for seed in p.seeds}
+    counts = sorted({sum(0.75 * s.steps < step <= s.steps for step, _ in s.scores)
+                     for s in summaries if (s.task, s.config, s.seed) in paired})  # fmt: skip
+    evaluations = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+    return "\n".join([
+        LAST_QUARTER_HEADING,
+        "",
+        "The final score is one evaluation, and where the curves wander it rests on where each "
+        "stands at the end. Here each run's score is the mean of its evaluations in the last "
+        f"quarter of its training (3/4 S < step <= S, the final one included: {evaluations} per "
+        "run here), compared seed by seed with the baseline as above.",
+        "",
+        *sentences,
+    ])  # fmt: skip
 
 
 # ---- over tasks -------------------------------------------------------------------------------
@@ -649,6 +681,7 @@ def write_report(
         table,
         comparisons_section(rows, baseline),
         flatness_section(counted_once),
+        last_quarter_section(counted_once, baseline),
         section,
         "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
         "attention output on fixed windows of the task's dataset (the same windows for every "
