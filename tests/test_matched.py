@@ -189,6 +189,7 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
         page + "\n\n" + section("results-replication", 5, [f"- {again}."], [])
     )
     assert f"Again with new seeds: {again}." in replicated
+    assert "on 2 of the datasets recorded here" in replicated
     # A claimed difference with the same pair's over the last quarter's evaluations beside it.
     claimed = "a − b on t2: -3.0 [-4.0, -2.0] over 5 paired seeds: a scores below b; the study"
     late = "-0.2 [-2.9, +2.4] over 5 paired seeds: no difference detected"
@@ -201,7 +202,6 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
         f"{claimed} could detect 2.9 points; over each run's last-quarter evaluations: {late}. "
         in script.summary(with_late)
     )
-    assert "on 2 of the datasets recorded here" in replicated
     # A medium-expert dataset holds its medium one: counted, and named as not independent.
     overlapping = page.replace(" on t1 at", " on h-medium at").replace(
         " on t2 at", " on h-medium-expert at"

@@ -19,14 +19,20 @@ FLATNESS_HEADING = "## Are the curves flat?"
 FLAT = "flat: no change detected beyond the seeds' spread"  # a sentence's verdict, read back too
 
 
+def quarter_scores(
+    scores: Sequence[tuple[int, float]], steps: int, last: bool = True
+) -> list[float]:
+    """The scores of a run's evaluations in the last quarter of its steps (3/4 S < s <= S, the
+    final evaluation included), or with last=False in the quarter before (S/2 < s <= 3/4 S)."""
+    low, high = (0.75, 1.0) if last else (0.5, 0.75)
+    return [score for step, score in scores if low * steps < step <= high * steps]
+
+
 def quarter_mean(
     scores: Sequence[tuple[int, float]], steps: int, last: bool = True
 ) -> float | None:
-    """The mean score of a run's evaluations in the last quarter of its steps (3/4 S < s <= S, the
-    final evaluation included), or with last=False in the quarter before (S/2 < s <= 3/4 S); None
-    where that quarter has no evaluation."""
-    low, high = (0.75, 1.0) if last else (0.5, 0.75)
-    found = [score for step, score in scores if low * steps < step <= high * steps]
+    """The mean of quarter_scores; None where that quarter has no evaluation."""
+    found = quarter_scores(scores, steps, last)
     return float(np.mean(found)) if found else None
 
 

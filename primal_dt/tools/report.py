@@ -27,7 +27,7 @@ from primal_dt.method.registry import attention_label
 from primal_dt.store.dashboards import copy_run, remove_root_layout
 from primal_dt.store.rundir import safe_name
 from primal_dt.tools.corl import corl_scores, corl_table
-from primal_dt.tools.flatness import flatness_section
+from primal_dt.tools.flatness import flatness_section, quarter_scores
 from primal_dt.tools.paired import (
     POWER,
     TARGET,
@@ -313,7 +313,7 @@ def last_quarter_section(summaries: list[RunSummary], baseline: str | None) -> s
     if not sentences:
         return ""
     paired = {(p.task, c, seed) for p in pairs for c in (p.config, p.baseline) for seed in p.seeds}
-    counts = sorted({sum(0.75 * s.steps < step <= s.steps for step, _ in s.scores)
+    counts = sorted({len(quarter_scores(s.scores, s.steps))
                      for s in summaries if (s.task, s.config, s.seed) in paired})  # fmt: skip
     evaluations = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
     return "\n".join([
