@@ -308,9 +308,9 @@ def last_quarter_section(summaries: list[RunSummary], baseline: str | None) -> s
     if baseline is None:
         return ""
     configs = unique(sorted(s.config for s in summaries if s.config != baseline))
-    pairs = [p for c in configs for p in last_quarter_differences(summaries, c, baseline)]
-    sentences = [f"- {paired_sentence(p)}" for p in pairs if len(p.seeds) > 1]
-    if not sentences:
+    pairs = [p for c in configs for p in last_quarter_differences(summaries, c, baseline)
+             if len(p.seeds) > 1]  # fmt: skip
+    if not pairs:
         return ""
     paired = {(p.task, c, seed) for p in pairs for c in (p.config, p.baseline) for seed in p.seeds}
     counts = sorted({len(quarter_scores(s.scores, s.steps))
@@ -324,7 +324,7 @@ def last_quarter_section(summaries: list[RunSummary], baseline: str | None) -> s
         f"quarter of its training (3/4 S < step <= S, the final one included: {evaluations} per "
         "run here), compared seed by seed with the baseline as above.",
         "",
-        *sentences,
+        *(f"- {paired_sentence(p)}" for p in pairs),
     ])  # fmt: skip
 
 
