@@ -227,7 +227,7 @@ def _report(args: argparse.Namespace) -> int:
     from primal_dt.tools.report import write_report
 
     out = Path(args.out) if args.out else None
-    table, written = write_report(Path(args.runs_dir), out, args.baseline)
+    table, written = write_report([Path(d) for d in args.runs_dirs], out, args.baseline)
     print(table)
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
@@ -279,8 +279,10 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser(
         "report", help="score tables, learning curves and attention spectra of a runs directory"
     )
-    report.add_argument("runs_dir", metavar="RUNS_DIR", help="e.g. the --runs-dir of a sweep")
-    report.add_argument("--out", metavar="DIR", help="where to write (default RUNS_DIR/report)")
+    report.add_argument("runs_dirs", metavar="RUNS_DIR", nargs="+",
+                        help="e.g. the --runs-dir of a sweep; several: their runs together")  # fmt: skip
+    report.add_argument("--out", metavar="DIR",
+                        help="where to write (default the first RUNS_DIR/report)")  # fmt: skip
     report.add_argument(
         "--baseline",
         metavar="CONFIG",

@@ -10,6 +10,10 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
         # (trains SAC again to record them: 55k to 120k steps, 12 to 32 minutes of a core each)
     python scripts/results.py --medium-expert --write-docs   # ... on the medium-expert datasets
         # (the medium episodes and as many steps of the TQC expert's, as D4RL combined them)
+    python scripts/results.py --medium-expert --tasks hopper-medium-expert --section results-expert-hopper
+        # one task apart, into a section of its own (results-expert-<env>), as time allows
+    python scripts/results.py --medium-expert --combine --write-docs
+        # the runs of those sections read together: what they say over the tasks; trains nothing
     python scripts/results.py --attentions all --tasks halfcheetah-medium --seeds 0,1,2
         # all seven attentions of the paper's table, on one dataset
     python scripts/results.py --compare-init --write-docs
@@ -43,7 +47,13 @@ from primal_dt.store.snapshots import read_snapshot
 from primal_dt.tools.corl import CorlScores, corl_scores
 from primal_dt.tools.flatness import FLAT
 from primal_dt.tools.paper import paper_scores
-from primal_dt.tools.report import LAST_QUARTER_HEADING, PAPER_HEADING, paper_table
+from primal_dt.tools.report import (
+    LAST_QUARTER_HEADING,
+    LAST_QUARTER_OVER_TASKS_HEADING,
+    OVER_TASKS_HEADING,
+    PAPER_HEADING,
+    paper_table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "tests" / "policies"
@@ -208,6 +218,9 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--record-only", action="store_true",
                         help="record the datasets the study needs, and train nothing")  # fmt: skip
+    parser.add_argument("--combine", action="store_true",
+                        help="read the runs of the tasks' sections made apart (<section>-<env>) "
+                             "together, and train nothing")  # fmt: skip
     args = parser.parse_args()
     out = Path(args.out).resolve()
     env = {**os.environ, "MINARI_DATASETS_PATH": str(out / "minari")}
@@ -215,6 +228,9 @@ def main() -> None:
         "medium-replay" if args.replay else "medium-expert" if args.medium_expert else "medium"
     )
     tasks = args.tasks.split(",") if args.tasks else recorded_tasks(quality)
+    if args.combine:
+        combine(args, out, quality, tasks, env)
+        return
     record(out / "minari", tasks, args.dataset_steps, env, args.parallel)
     if args.record_only:
         return
@@ -262,13 +278,75 @@ def main() -> None:
         write_section("results-summary", summary(RESULTS_PAGE.read_text()))
 
 
+def combine(
+    args: argparse.Namespace, out: Path, quality: str, tasks: list[str], env: dict[str, str]
+) -> None:
+    """The quality's section (or --section) from the runs of its tasks' sections made apart
+    (<section>-<env>-runs, one per task), reported together: what they say over the tasks (the
+    paired differences over tasks, at the final evaluation and over the last quarter, and the
+    aggregates), which no one task's section can say. Trains nothing: a study made a task at a
+    time, as the 2 cores allow, is read whole without training it again into <section>-runs."""
+    section = args.section or SECTIONS[quality]
+    parts = {task: out / f"{section}-{task.partition('-')[0]}-runs" for task in tasks}
+    missing = [f"{task} in {runs}" for task, runs in parts.items() if not runs.is_dir()]
+    if missing:
+        raise SystemExit(
+            f"results.py --combine: no runs of {'; '.join(missing)}; make each task's first: "
+            f"python scripts/results.py --tasks TASK --section {section}-ENV (with the same "
+            f"dataset flag and --out)"
+        )
+    reported = out / f"{section}-report"
+    primal_dt("report", *map(str, parts.values()), "--out", str(reported), env=env)
+    records = [record for runs in parts.values() for record in recorded(runs)]
+    text, pictures = over_tasks_of((reported / "report.md").read_text())
+    for name in pictures:  # the docs show copies of the figures, as for a study
+        target = FIGURES / f"{section}_{name}" if args.write_docs else reported / name
+        if args.write_docs:
+            shutil.copy(reported / name, target)
+        text = text.replace(f"]({name})", f"]({figure_link(target)})")
+    flag = {"medium-replay": " --replay", "medium-expert": " --medium-expert"}.get(quality, "")
+    configs = sorted({record.config_name for record in records})
+    seeds = len({record.config.train.seed for record in records})
+    names = ", ".join(f"{section}-{task.partition('-')[0]}" for task in tasks)
+    text = "\n".join([
+        f"Made by `python scripts/results.py{flag} --combine` ({section}) on {date.today()}, "
+        f"from the runs of the sections made apart below ({names}), read together; on "
+        f"{study_machines(records)}, trained in {study_precision(records)}: {len(tasks)} "
+        f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {', '.join(configs)} x {seeds} "
+        f"seeds. Here, what they say over the tasks; each task's scores, comparisons, curves "
+        f"and spectra are in its own section.",
+        "",
+        text,
+    ])  # fmt: skip
+    print(text)
+    if args.write_docs:
+        write_section(section, text)
+        write_section("results-summary", summary(RESULTS_PAGE.read_text()))
+
+
+def over_tasks_of(report: str) -> tuple[str, list[str]]:
+    """(the report's sections over tasks, headings one level down; the pictures they show): the
+    paired differences over tasks, at the final evaluation and over the last quarter, and the
+    aggregates, or a line saying the report has none (fewer than two tasks pair)."""
+    kept, keeping = [], False
+    for line in report.splitlines()[1:]:
+        if line.startswith("## "):
+            keeping = line in (OVER_TASKS_HEADING, LAST_QUARTER_OVER_TASKS_HEADING,
+                               "## Aggregates over tasks")  # fmt: skip
+        if keeping:
+            kept.append("#" + line if line.startswith("## ") else line)
+    if not kept:
+        return "The report has no comparison over tasks: no config pairs on two tasks.", []
+    return "\n".join(kept).strip(), re.findall(r"(?m)^!\[[^]]*\]\(([^)]+)\)", "\n".join(kept))
+
+
 def first_paragraph(report: str, corl: CorlScores, batch_size: int) -> str:
     """The results page's first paragraph, from the matched study's report and its runs' batch
     size: its budget against DT's own at CORL's (steps, windows seen, model), what it can detect
     (the paired difference over tasks of matched-primal against matched-softmax, and per task),
     which curves are flat, and what fraction of CORL's DT score the baseline reaches at this
     budget (the report's side table)."""
-    over = [s for s in _sentences(report, "Paired differences over tasks")
+    over = [s for s in _sentences(report, OVER_TASKS_HEADING.removeprefix("## "))
             if s.startswith("matched-primal − matched-softmax")]  # fmt: skip
     per_task = [float(n) for s in _sentences(report, "Comparisons per task")
                 if s.startswith("matched-primal − matched-softmax")
@@ -334,16 +412,17 @@ def summary(page: str) -> str:
     seeds = sorted({int(n) for text in studies for n in re.findall(r" x (\d+) seeds\.", text)})
     found = [s for s in sentences if " scores above " in s or " scores below " in s]
     late = _primal_sentences(studies, LAST_QUARTER_HEADING.removeprefix("## "))
+    late_over = LAST_QUARTER_OVER_TASKS_HEADING.removeprefix("## ")
     verdict = (
         f"a difference on {len(found)} of {len(sentences)}{_by_chance(len(sentences))}: "
         + " ".join(_with_last_quarter(s, late) for s in found).removesuffix(".")
         if found
         else f"no difference in score detected on any of the {len(sentences)} ({_why_none(sentences)})"
     )
-    power = "".join(  # with what the study could detect
-        f" Over {_tasks_of(text)}: {s}"
+    power = "".join(  # with what the study could detect, and the same over the last quarter
+        f" Over {_tasks_of(text)}: {_with_last_quarter(s, _primal_sentences([text], late_over))}"
         for text in studies
-        for s in _primal_sentences([text], "Paired differences over tasks")
+        for s in _primal_sentences([text], OVER_TASKS_HEADING.removeprefix("## "))
     )
     # Replications (sections results-replication*): new seeds, decided after a study, apart.
     again = _sections_named(page, r"results-replication[\w-]*")
@@ -381,7 +460,7 @@ def _primal_sentences(studies: list[str], heading: str) -> list[str]:
 def _with_last_quarter(claimed: str, late: list[str]) -> str:
     """A claimed difference's sentence with the same pair's over the runs' last-quarter
     evaluations (where its section has them): whether it holds before the final evaluation."""
-    head = claimed.split(": ", 1)[0] + ": "  # "config − baseline on task: "
+    head = claimed.split(": ", 1)[0] + ": "  # "config − baseline on task: " (or "over n tasks")
     same = [s.removeprefix(head).split("; the study")[0] for s in late if s.startswith(head)]
     if not same:
         return claimed

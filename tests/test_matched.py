@@ -10,6 +10,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import SCRIPTS, results_script
 
 from primal_dt.cli import build_parser
@@ -210,6 +211,23 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
         "on 2 of the datasets recorded here (1 of them medium-expert ones that hold a medium one "
         "of the count too: h-medium-expert; not independent of it), 5 seeds"
     ) in script.summary(overlapping)
+    # A section of what a quality's tasks, made apart, say together (results.py --combine): its
+    # over-tasks figures with the last quarter's beside them, and no dataset counted again.
+    late = (
+        "a − b over 3 tasks (5 paired seeds each): +0.1 [-1.0, +1.2] (...): no difference detected"
+    )
+    combined = "\n".join([
+        "<!-- results-expert:start -->", "Made by ...: 3 tasks (t5, t6, t7) x a, b x 5 seeds.", "",
+        "### Paired differences over tasks", "", f"- {over}.", "",
+        "### Paired differences over tasks, over the last quarter", "",
+        f"- {late}; the study could detect 2.0 points.", "", "<!-- results-expert:end -->",
+    ])  # fmt: skip
+    text = script.summary(page + "\n\n" + combined)
+    assert "on 2 of the datasets recorded here, 5 seeds" in text
+    assert (
+        f"Over t5, t6, t7: {over}; over each run's last-quarter evaluations: +0.1 [-1.0, +1.2] "
+        "(...): no difference detected." in text
+    )
     # The README holds what the page says now.
     readme = (SCRIPTS.parent / "README.md").read_text()
     current = script.summary((SCRIPTS.parent / "docs" / "results.md").read_text())
@@ -334,6 +352,59 @@ def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(
     script.main()
     assert checkout() == before
     assert (out / "results-report" / "curves_halfcheetah-medium.png").is_file()
+
+
+def test_combine_reports_the_tasks_sections_runs_together_and_keeps_what_is_over_tasks(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """results.py --combine trains and records nothing: it reports the runs of each task's section
+    made apart together, and keeps the report's sections over tasks (the final scores', the last
+    quarter's, the aggregates with their figure), not what each task's section already says. A
+    task whose section has no runs yet is one clear error."""
+    script, out, commands = results_script(), tmp_path / "out", []
+
+    def report(*args: str, env: dict[str, str] | None = None) -> str:
+        commands.append(args)
+        reported = Path(args[args.index("--out") + 1])
+        reported.mkdir(parents=True)
+        (reported / "report.md").write_text("\n".join([
+            "# primal-dt report: ...", "", "## Comparisons per task", "", "- a − b on t1: once", "",
+            "## Paired differences over tasks", "", "- a − b over 3 tasks: final", "",
+            "## Paired differences over the last quarter", "", "- a − b on t1: late, once", "",
+            "## Paired differences over tasks, over the last quarter", "",
+            "- a − b over 3 tasks: late", "", "## Aggregates over tasks", "", "| table |", "",
+            "![aggregates](aggregates.png)", "", "## Attention spectrum", "", "- spectra", "",
+        ]))  # fmt: skip
+        (reported / "aggregates.png").write_bytes(b"png")
+        return ""
+
+    monkeypatch.setattr(script, "primal_dt", report)
+    monkeypatch.setattr(script, "record", lambda *args: commands.append(("record",)))
+    monkeypatch.setattr(sys, "argv", ["results.py", "--out", str(out), "--replay", "--combine"])
+    parts = [out / f"results-replay-{name}-runs" for name in script.RECORDED]
+    with pytest.raises(
+        SystemExit, match=re.escape(f"no runs of halfcheetah-medium-replay in {parts[0]}")
+    ):
+        script.main()
+    for part in parts:
+        (part / "task" / "run").mkdir(parents=True)
+        write_record(part / "task" / "run", "bf16", ["a CPU"])
+    script.main()
+    assert commands == [("report", *map(str, parts), "--out", str(out / "results-replay-report"))]
+    printed = capsys.readouterr().out
+    assert "`python scripts/results.py --replay --combine` (results-replay)" in printed
+    assert (
+        "3 tasks (halfcheetah-medium-replay, hopper-medium-replay, walker2d-medium-replay) x dt x 1 seeds."
+        in printed
+    )
+    kept = printed.split(" own section.\n\n", 1)[1]
+    assert kept.startswith("### Paired differences over tasks\n\n- a − b over 3 tasks: final")
+    assert (
+        "### Paired differences over tasks, over the last quarter\n\n- a − b over 3 tasks: late"
+        in kept
+    )
+    assert f"![aggregates]({out / 'results-replay-report' / 'aggregates.png'})" in kept
+    assert "once" not in kept and "spectra" not in kept
 
 
 def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> None:

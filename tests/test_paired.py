@@ -15,13 +15,19 @@ from primal_dt.tools.paired import (
     TARGET,
     detectable,
     last_quarter_differences,
+    over_tasks_sentence,
     paired_differences,
     paired_over_tasks,
     seeds_for,
     sentence,
     t_test_power,
 )
-from primal_dt.tools.report import LAST_QUARTER_HEADING, comparisons_section, last_quarter_section
+from primal_dt.tools.report import (
+    LAST_QUARTER_HEADING,
+    LAST_QUARTER_OVER_TASKS_HEADING,
+    comparisons_section,
+    last_quarter_section,
+)
 from primal_dt.tools.runs import Row, RunSummary
 
 
@@ -128,3 +134,25 @@ def test_last_quarter_pairs_each_runs_mean_over_its_late_evaluations() -> None:
     )
     assert f"- {sentence(paired)}" in section.splitlines()
     assert last_quarter_section(base, "b") == "" and last_quarter_section(late, None) == ""
+
+
+def test_over_tasks_the_last_quarters_mean_difference_has_a_heading_of_its_own() -> None:
+    """Two tasks of 3 seeds: the last quarter's paired differences over tasks, each task weighed
+    alike, against the quarter means by hand; with one task there is no such heading."""
+
+    def run(task: str, config: str, seed: int, late: float) -> RunSummary:
+        summary = RunSummary(Path(f"{task}{config}{seed}"), task, config, seed, 800, ["softmax"])
+        summary.scores = [(400, 0.0), (700, late), (800, late + 2.0 * seed)]
+        return summary
+
+    runs = [run(task, config, seed, 10.0 * (config == "a") + shift + seed)
+            for task, shift in (("t1", 0.0), ("t2", 5.0)) for config in ("a", "b")
+            for seed in range(3)]  # fmt: skip
+    over = paired_over_tasks(last_quarter_differences(runs, "a", "b"))
+    assert over is not None and over.tasks == ["t1", "t2"] and over.point == pytest.approx(10.0)
+    section = last_quarter_section(runs, "b")
+    after = section.split(f"\n{LAST_QUARTER_OVER_TASKS_HEADING}\n", 1)[1]
+    assert f"- {over_tasks_sentence(over)}" in after.splitlines()
+    assert "a − b over 2 tasks (3 paired seeds each): +10.0" in after
+    one_task = [summary for summary in runs if summary.task == "t1"]
+    assert LAST_QUARTER_OVER_TASKS_HEADING not in last_quarter_section(one_task, "b")

@@ -461,6 +461,17 @@ def test_aggregates_with_enough_seeds_and_the_same_numbers_twice(
     assert (tmp_path / "again" / "report.md").read_text() == text
     assert (tmp_path / "again" / "report.csv").read_text() == (report / "report.csv").read_text()
     assert again in text
+    # The same runs made in two parts (a task in each folder), read together: the same report.
+    for folder in runs.iterdir():
+        if folder.name != "report":
+            part = tmp_path / ("walker" if folder.name.startswith("walker2d") else "hopper")
+            shutil.copytree(folder, part / folder.name)
+    together = tmp_path / "together"
+    command = ["report", str(tmp_path / "hopper"), str(tmp_path / "walker"), "--out", str(together)]
+    assert main(command) == 0
+    title, body = (together / "report.md").read_text().split("\n", 1)
+    assert title == f"# primal-dt report: {tmp_path / 'hopper'}, {tmp_path / 'walker'}"
+    assert body == text.split("\n", 1)[1]
 
 
 def test_one_seed_or_one_task_says_what_cannot_be_computed(trained: Path, tmp_path: Path) -> None:

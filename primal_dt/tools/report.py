@@ -1,11 +1,12 @@
-"""`primal-dt report RUNS_DIR`: report.md, report.csv and the figures of a directory of runs.
+"""`primal-dt report RUNS_DIR [RUNS_DIR ...]`: report.md, report.csv and the figures of the runs
+in one directory of runs, or in several read together (a study made in parts, one task at a time).
 
 This module only renders: which runs count and what their scores are is decided in runs.py, every
 number and interval in statistics.py, so a table cannot print what was not computed there.
 report.md holds, in order: the scores per task (each seed's, their mean and Student's t interval,
 the best evaluation where there were evaluations during training, the dataset's own score); a
-sentence per config and task against the baseline config; whether the curves are flat, and the
-same comparison over the last quarter's evaluations; the aggregates over tasks (only at
+sentence per config and task against the baseline config, and over tasks; whether the curves
+are flat, and the same comparisons over the last quarter's evaluations; the aggregates over tasks (only at
 MIN_SEEDS_FOR_AGGREGATES seeds, with their simulated coverage); the attention spectrum with its
 sentences; the Primal-Attention paper's table, apart from ours (it is not comparable); figures
 and notes.
@@ -241,6 +242,9 @@ def write_csv(rows: list[Row], path: Path, behaviour: dict[str, Behaviour] | Non
     return path
 
 
+OVER_TASKS_HEADING = "## Paired differences over tasks"
+
+
 def comparisons_section(rows: list[Row], baseline: str | None) -> str:
     """Per task, a sentence for every config against the baseline config (runs.baseline_config): from
     the paired differences of the seeds both ran (paired.py), with the study's power there; from
@@ -286,10 +290,9 @@ def comparisons_section(rows: list[Row], baseline: str | None) -> str:
         if summary is not None:
             over.append(f"- {over_tasks_sentence(summary)}")
     if over:
-        heading = "## Paired differences over tasks"
         lines += [
             "",
-            heading,
+            OVER_TASKS_HEADING,
             "",
             "Each task weighed alike (the mean of its mean differences):",
             "",
@@ -325,7 +328,27 @@ def last_quarter_section(summaries: list[RunSummary], baseline: str | None) -> s
         "run here), compared seed by seed with the baseline as above.",
         "",
         *(f"- {paired_sentence(p)}" for p in pairs),
+        *_last_quarter_over_tasks(summaries, configs, baseline),
     ])  # fmt: skip
+
+
+LAST_QUARTER_OVER_TASKS_HEADING = "## Paired differences over tasks, over the last quarter"
+
+
+def _last_quarter_over_tasks(
+    summaries: list[RunSummary], configs: list[str], baseline: str
+) -> list[str]:
+    """Per config, the mean over tasks of its last-quarter paired differences (as the final
+    scores' in comparisons_section), under a heading of its own; none where no config pairs on
+    two tasks."""
+    over = [
+        f"- {over_tasks_sentence(summary)}"
+        for config in configs
+        if (summary := paired_over_tasks(last_quarter_differences(summaries, config, baseline)))
+    ]
+    if not over:
+        return []
+    return ["", LAST_QUARTER_OVER_TASKS_HEADING, "", "Each task weighed alike:", "", *over]
 
 
 # ---- over tasks -------------------------------------------------------------------------------
@@ -648,13 +671,15 @@ def _notes(counted: list[RunSummary], rows: list[Row], same: Sequence[SameData])
 
 
 def write_report(
-    runs_dir: Path, out: Path | None = None, baseline: str | None = None
+    runs_dirs: Path | Sequence[Path], out: Path | None = None, baseline: str | None = None
 ) -> tuple[str, list[Path]]:
-    """Write the report's files into out (default RUNS_DIR/report), every config compared with
-    baseline (default: runs.baseline_config's choice); returns the per-task table's text and the
-    paths written. Also refreshes RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
-    out = out or runs_dir / "report"
-    found = collect(runs_dir, skip=out)
+    """Write the report's files into out (default: the first RUNS_DIR/report), from the runs of
+    every directory together, every config compared with baseline (default:
+    runs.baseline_config's choice); returns the per-task table's text and the paths written.
+    Also refreshes each RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
+    dirs = [runs_dirs] if isinstance(runs_dirs, Path) else list(runs_dirs)
+    out = out or dirs[0] / "report"
+    found = [summary for runs_dir in dirs for summary in collect(runs_dir, skip=out)]
     counted_once, left_out = count_once(found)
     baseline = baseline_config(counted_once, baseline)  # a wrong --baseline: before any write
     out.mkdir(parents=True, exist_ok=True)
@@ -675,7 +700,7 @@ def write_report(
     table = markdown_table(rows, behaviour)
     spectrum = spectrum_sentences(counted_once)
     parts = [
-        f"# primal-dt report: {runs_dir}",
+        f"# primal-dt report: {', '.join(map(str, dirs))}",
         f"{counted}, grouped by the task, config name and seed each run recorded.",
         _scores_text(rows),
         table,
@@ -703,7 +728,8 @@ def write_report(
     text = "\n\n".join(part for part in parts if part)  # a section with nothing to say: none
     (out / "report.md").write_text(text + "\n")
     written.insert(0, out / "report.md")
-    remove_root_layout(runs_dir)
+    for runs_dir in dirs:
+        remove_root_layout(runs_dir)
     for summary in found:
         copy_run(summary.path, summary.task)
     return table, written
