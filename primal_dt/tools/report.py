@@ -5,10 +5,10 @@ This module only renders: which runs count and what their scores are is decided 
 number and interval in statistics.py, so a table cannot print what was not computed there.
 report.md holds, in order: the scores per task (each seed's, their mean and Student's t interval,
 the best evaluation where there were evaluations during training, the dataset's own score); a
-sentence per config and task against the baseline config, and over tasks; whether the curves
-are flat, and the same comparisons over the last quarter's evaluations; the aggregates over tasks (only at
-MIN_SEEDS_FOR_AGGREGATES seeds, with their simulated coverage); the attention spectrum with its
-sentences; the Primal-Attention paper's table, apart from ours (it is not comparable); figures
+sentence per config and task against the baseline config, and over tasks; whether the curves are
+flat, and the same comparisons over the last quarter's evaluations; the aggregates over tasks
+(only at MIN_SEEDS_FOR_AGGREGATES seeds, with their simulated coverage); the attention spectrum
+with its sentences; the Primal-Attention paper's table, apart from ours (it is not comparable); figures
 and notes.
 
 Writes report.md, report.csv, curves_<task>.png, spectrum_<task>.png, for runs with a target
