@@ -14,7 +14,7 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
         # one task apart, into a section of its own (results-expert-<env>), as time allows
     python scripts/results.py --medium-expert --combine --write-docs
         # the runs of those sections read together: what they say over the tasks; trains nothing
-    python scripts/results.py --attentions all --tasks halfcheetah-medium --seeds 0,1,2
+    python scripts/results.py --attentions all --no-bc --tasks halfcheetah-medium
         # all seven attentions of the paper's table, on one dataset
     python scripts/results.py --compare-init --write-docs
         # matched-primal with each initialisation of We and Wr (model.attention_settings.primal.init), side by side
