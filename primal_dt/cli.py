@@ -277,7 +277,7 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
     sweep.set_defaults(func=_sweep)
 
     report = commands.add_parser(
-        "report", help="score tables, learning curves and attention spectra of a runs directory"
+        "report", help="score tables, learning curves and attention spectra of runs directories"
     )
     report.add_argument("runs_dirs", metavar="RUNS_DIR", nargs="+",
                         help="e.g. the --runs-dir of a sweep; several: their runs together")  # fmt: skip
