@@ -31,6 +31,7 @@ import argparse
 import os
 import re
 import shutil
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
@@ -328,13 +329,8 @@ def over_tasks_of(report: str) -> tuple[str, list[str]]:
     """(the report's sections over tasks, headings one level down; the pictures they show): the
     paired differences over tasks, at the final evaluation and over the last quarter, and the
     aggregates, or a line saying the report has none (fewer than two tasks pair)."""
-    kept, keeping = [], False
-    for line in report.splitlines()[1:]:
-        if line.startswith("## "):
-            keeping = line in (OVER_TASKS_HEADING, LAST_QUARTER_OVER_TASKS_HEADING,
-                               "## Aggregates over tasks")  # fmt: skip
-        if keeping:
-            kept.append("#" + line if line.startswith("## ") else line)
+    over = (OVER_TASKS_HEADING, LAST_QUARTER_OVER_TASKS_HEADING, "## Aggregates over tasks")
+    kept = _report_lines(report, lambda heading: heading in over, before_headings=False)
     if not kept:
         return "The report has no comparison over tasks: no config pairs on two tasks.", []
     return "\n".join(kept).strip(), re.findall(r"(?m)^!\[[^]]*\]\(([^)]+)\)", "\n".join(kept))
@@ -558,13 +554,22 @@ def section_of(report: str) -> str:
     (which live beside report.md; the docs show copies of them, after the section), without its
     Figures section (only pictures) and without the paper's table (the page has it once, in a
     section of its own: paper_section)."""
-    kept, left_out = [], False
+    kept = _report_lines(report, lambda heading: heading not in (PAPER_HEADING, "## Figures"))
+    return "\n".join(line for line in kept if not line.startswith("![")).strip()
+
+
+def _report_lines(
+    report: str, keep: Callable[[str], bool], before_headings: bool = True
+) -> list[str]:
+    """The report's lines after its title under the `## ` headings that keep accepts (and those
+    before its first heading where before_headings), headings one level down for the page."""
+    kept, keeping = [], before_headings
     for line in report.splitlines()[1:]:
         if line.startswith("## "):
-            left_out = line in (PAPER_HEADING, "## Figures")
-        if not left_out and not line.startswith("!["):
+            keeping = keep(line)
+        if keeping:
             kept.append("#" + line if line.startswith("## ") else line)
-    return "\n".join(kept).strip()
+    return kept
 
 
 def paper_section() -> str:
