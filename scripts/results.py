@@ -72,6 +72,13 @@ SAC_BUDGET = 120000  # SAC steps at most, as for the medium policies
 # The results page's section for a study on the datasets of one quality (docs/results.md).
 SECTIONS = {"medium": "results", "medium-replay": "results-replay",
             "medium-expert": "results-expert"}  # fmt: skip
+# Studies of their own, said apart in the README's summary and not counted among its datasets.
+STUDIES_APART = {
+    "results-attentions": (
+        "The seven attentions of the paper's table, in the matched config's last block,"
+    ),
+    "results-init": "Primal's two initialisations of We and Wr,",
+}
 
 
 def recorded_tasks(quality: str) -> list[str]:
@@ -406,15 +413,9 @@ def summary(page: str) -> str:
     studies = _sections_named(page, rf"(?:{qualities})(?:-(?:{envs})[\w-]*)?")
     sentences = _primal_sentences(studies, "Comparisons per task")
     seeds = sorted({int(n) for text in studies for n in re.findall(r" x (\d+) seeds\.", text)})
-    found = [s for s in sentences if " scores above " in s or " scores below " in s]
     late = _primal_sentences(studies, LAST_QUARTER_HEADING.removeprefix("## "))
     late_over = LAST_QUARTER_OVER_TASKS_HEADING.removeprefix("## ")
-    verdict = (
-        f"a difference on {len(found)} of {len(sentences)}{_by_chance(len(sentences))}: "
-        + " ".join(_with_last_quarter(s, late) for s in found).removesuffix(".")
-        if found
-        else f"no difference in score detected on any of the {len(sentences)} ({_why_none(sentences)})"
-    )
+    verdict = _verdict(sentences, late)
     power = "".join(  # with what the study could detect, and the same over the last quarter
         f" Over {_tasks_of(text)}: {_with_last_quarter(s, _primal_sentences([text], late_over))}"
         for text in studies
@@ -433,12 +434,50 @@ def summary(page: str) -> str:
         if matched
         else ""
     )
+    apart = "".join(_said_apart(page, name, label) for name, label in STUDIES_APART.items())
     return (
         f"Matched DT against Primal-DT (only the last block's attention differs) on "
         f"{len(sentences)} of the datasets recorded here{_overlap(sentences)}, "
         f"{' or '.join(map(str, seeds))} seeds "
-        f"each, at a CPU budget: {verdict}.{replicated}{power}{spectra} "
+        f"each, at a CPU budget: {verdict}.{replicated}{power}{spectra}{apart} "
         "Per-task scores, intervals and the paper's table: [Results](docs/results.md)."
+    )
+
+
+def _verdict(sentences: list[str], late: list[str]) -> str:
+    """On how many of the comparisons' sentences a difference is claimed, each claimed one with
+    the same pair's over the last quarter (late) beside it; or why none is."""
+    found = [s for s in sentences if " scores above " in s or " scores below " in s]
+    if not found:
+        why = _why_none(sentences)
+        return f"no difference in score detected on any of the {len(sentences)} ({why})"
+    return (
+        f"a difference on {len(found)} of {len(sentences)}{_by_chance(len(sentences))}: "
+        + " ".join(_with_last_quarter(s, late) for s in found).removesuffix(".")
+    )
+
+
+def _said_apart(page: str, name: str, label: str) -> str:
+    """A study of its own (section name, not counted among the datasets): each config against its
+    baseline, with the range of what its comparisons could detect; "" until it is made."""
+    text = _section(page, name)
+    sentences = _primal_sentences([text], "Comparisons per task")
+    if not sentences:
+        return ""
+    late = _primal_sentences([text], LAST_QUARTER_HEADING.removeprefix("## "))
+    seeds = re.search(r" x (\d+) seeds\.", text)
+    baseline = re.search(r" − ([\w.-]+) on ", sentences[0])
+    detectable = sorted(
+        float(d) for d in re.findall(r"could detect ([\d.]+) points", " ".join(sentences))
+    )
+    power = ""
+    if detectable:
+        low, high = detectable[0], detectable[-1]
+        span = f"{low:.1f}" if low == high else f"{low:.1f} to {high:.1f}"
+        power = f"; the comparisons could detect {span} points at 80% power"
+    return (
+        f" {label} on {_tasks_of(text)}, {seeds[1] if seeds else 'its'} seeds, each against "
+        f"{baseline[1] if baseline else 'its baseline'}: {_verdict(sentences, late)}{power}."
     )
 
 

@@ -136,7 +136,7 @@ def test_the_results_page_keeps_the_papers_table_apart_and_current() -> None:
 
 def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
     """It counts every matched DT-against-Primal-DT section (one per quality, and the tasks of a
-    quality made apart), and neither the seven attentions nor the initialisations."""
+    quality made apart), and says the seven attentions and the initialisations apart."""
     script = results_script()
 
     def section(name: str, seeds: int, comparisons: list[str], spectra: list[str]) -> str:
@@ -157,11 +157,33 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
                 ["- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2])."],
                 ["- t2, block 2: no difference detected (a (Primal) 4 ± 2, b (softmax) 5 ± 2)."]),
         section("results-attentions", 3,
-                ["- c scores below b on t1 at this budget (intervals [1, 2] and [5, 6])."], []),
-        section("results-init", 5, ["- d scores above e on t1 at this budget."], []),
+                ["- c − b on t1: -2.0 [-3.0, -1.0] over 3 paired seeds: c scores below b; the "
+                 "study could detect 1.5 points.",
+                 "- f − b on t1: +0.1 [-1.0, +1.2] over 3 paired seeds: no difference detected; "
+                 "the study could detect 2.5 points."], []),
+        section("results-init", 5, ["- d − e on t1: +0.2 [-1, +1] over 5 paired seeds: no "
+                                    "difference detected; the study could detect 2.0 points."],
+                []),
     ])  # fmt: skip
     text = script.summary(page)
     assert "on 2 of the datasets recorded here, 5 seeds each" in text
+    # The studies of their own, apart: not counted, each against its baseline, with their power.
+    assert (
+        "The seven attentions of the paper's table, in the matched config's last block, on tasks, "
+        "3 seeds, each against b: a difference on 1 of 2 (with no true difference on any, at least "
+        "one of 2 intervals at 95% would exclude 0 in 10% of studies): c − b on t1: -2.0 [-3.0, "
+        "-1.0] over 3 paired seeds: c scores below b; the study could detect 1.5 points; the "
+        "comparisons could detect 1.5 to 2.5 points at 80% power."
+    ) in text
+    assert (
+        "Primal's two initialisations of We and Wr, on tasks, 5 seeds, each against e: no "
+        "difference in score detected on any of the 1 (each paired difference's 95% interval "
+        "holds 0); the comparisons could detect 2.0 points at 80% power."
+    ) in text
+    # Until a study is made, its section holds a placeholder, and the summary says nothing of it.
+    assert "Primal's two" not in script.summary(
+        re.sub(r"(?s)(results-init:start -->\n).*?(<!-- results-init:end)", r"\1Not yet.\n\2", page)
+    )
     assert (
         "a difference on 1 of 2 (with no true difference on any, at least one of 2 intervals at "
         "95% would exclude 0 in 10% of studies): a scores above b on t2" in text
