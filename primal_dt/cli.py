@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING
 from primal_dt.common.errors import CheckpointError, PrimalDTError
 
 if TYPE_CHECKING:
+    from primal_dt.common.config import Config
+    from primal_dt.data.tasks import Task
+    from primal_dt.training.pack import Pack
     from primal_dt.training.trainer import Trainer
 
 
@@ -20,6 +23,8 @@ def _train(args: argparse.Namespace) -> int:
     from primal_dt.common.signals import StopSignals
     from primal_dt.store.results import format_table
 
+    if args.seeds is not None or (args.resume and len(args.resume) > 1):
+        return _train_pack(args)
     with StopSignals() as stop:  # a signal while the data loads still ends with a checkpoint
         trainer = _make_trainer(args)
         print(f"run directory: {trainer.run_dir}", file=sys.stderr)
@@ -31,23 +36,41 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _make_trainer(args: argparse.Namespace) -> Trainer:
+def _train_pack(args: argparse.Namespace) -> int:
+    """`train --seeds` or `train --resume` of several runs: one pack (training/pack.py)."""
+    from primal_dt.common.signals import StopSignals
+    from primal_dt.store.results import format_table
+
+    with StopSignals() as stop:
+        pack = _make_pack(args)
+        print(f"pack of {len(pack.trainers)} runs: {' '.join(pack.run_dirs)}", file=sys.stderr)
+        print(f"dataset: {_describe(pack.trainers[0].data.task.dataset_ids)}", file=sys.stderr)
+        finals = pack.train(progress=not args.no_progress, stop=stop)
+    records = [final for final in finals if final is not None]
+    if records:
+        print(format_table(records))
+    for trainer in pack.trainers:
+        print(f"checkpoint: {trainer.run_dir.checkpoint}", file=sys.stderr)
+    return 0
+
+
+def _check_resume_alone(args: argparse.Namespace) -> None:
+    from primal_dt.common.errors import ConfigError
+
+    given = (args.env, args.dataset, args.config, args.set, args.device, args.compile)
+    if any(given) or args.seed is not None or args.final_episodes is not None or args.seeds:
+        raise ConfigError(
+            "--resume continues a run with its saved task and config; only --steps, "
+            "--offline and --no-progress may be given with it"
+        )
+
+
+def _new_config(args: argparse.Namespace) -> tuple[Task, Path, Config]:
+    """The task, config file and config of a new run (or pack) from train's arguments."""
     from primal_dt.common.errors import ConfigError
     from primal_dt.common.loading import load_config, named_config_path, option_overrides
     from primal_dt.data.tasks import dataset_task, resolve_task
-    from primal_dt.training.launch import default_run_dir, resume_run, start_run
 
-    if args.rollback and not args.resume:
-        raise ConfigError("--from rolls a run back: give it with --resume RUN_DIR")
-    if args.resume:
-        given = (args.env, args.dataset, args.config, args.set, args.device, args.compile)
-        if any(given) or args.seed is not None or args.final_episodes is not None:
-            raise ConfigError(
-                "--resume continues a run with its saved task and config; only --steps, "
-                "--offline and --no-progress may be given with it"
-            )
-        rollback = Path(args.rollback) if args.rollback else None
-        return resume_run(Path(args.resume), args.steps, False if args.offline else None, rollback)
     if bool(args.env) == bool(args.dataset):
         raise ConfigError(
             "give exactly one of --env TASK (e.g. halfcheetah-medium) or --dataset ID"
@@ -59,6 +82,52 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
         offline=args.offline, compile=args.compile,
     )  # fmt: skip
     config = load_config(config_file, [*(args.set or []), *options], task=task.name)
+    return task, config_file, config
+
+
+def _make_pack(args: argparse.Namespace) -> Pack:
+    from primal_dt.common.errors import ConfigError
+    from primal_dt.store.rundir import run_dir_name
+    from primal_dt.tools.grid import parse_list
+    from primal_dt.training.launch import default_run_dir, resume_pack, start_pack
+
+    if args.rollback:
+        raise ConfigError("--from rolls one run back: give it with one --resume RUN_DIR")
+    if args.resume:
+        _check_resume_alone(args)
+        download = False if args.offline else None
+        return resume_pack([Path(path) for path in args.resume], args.steps, download)
+    if args.seed is not None or args.run_dir:
+        raise ConfigError(
+            "--seeds trains one run per seed, each in its own directory: give it without "
+            "--seed and --run-dir (--runs-dir DIR puts them in DIR/<task>/<config>-s<seed>)"
+        )
+    seeds = parse_list(args.seeds, "--seeds", int)
+    if not seeds:
+        raise ConfigError("--seeds is empty; give a comma-separated list, e.g. --seeds 0,1,2")
+    task, config_file, config = _new_config(args)
+    name = config_file.stem
+    if args.runs_dir:
+        run_dirs = [Path(args.runs_dir) / run_dir_name(task.name, name, seed) for seed in seeds]
+    else:
+        run_dirs = [default_run_dir(task.name, name, seed) for seed in seeds]
+    return start_pack(config, task, seeds, run_dirs, name)
+
+
+def _make_trainer(args: argparse.Namespace) -> Trainer:
+    from primal_dt.common.errors import ConfigError
+    from primal_dt.training.launch import default_run_dir, resume_run, start_run
+
+    if args.rollback and not args.resume:
+        raise ConfigError("--from rolls a run back: give it with --resume RUN_DIR")
+    if args.runs_dir:
+        raise ConfigError("--runs-dir places the runs of --seeds; one run takes --run-dir")
+    if args.resume:
+        _check_resume_alone(args)
+        rollback = Path(args.rollback) if args.rollback else None
+        download = False if args.offline else None
+        return resume_run(Path(args.resume[0]), args.steps, download, rollback)
+    task, config_file, config = _new_config(args)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(
         task.name, config_file.stem, config.train.seed
     )  # fmt: skip
@@ -218,6 +287,7 @@ def _sweep(args: argparse.Namespace) -> int:
         ray_address=args.ray,
         gpus_per_run=args.gpus_per_run,
         cpus_per_run=args.cpus_per_run,
+        pack=args.pack,
     )
     train_grid(options, out=lambda line: print(line, flush=True))
     return 0
@@ -253,7 +323,15 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument(
         "--runs-dir", default="runs", help="runs go to RUNS_DIR/<task>/<config>-s<seed> (runs)"
     )
-    sweep.add_argument("--parallel", type=int, default=1, help="runs training at once (1)")
+    sweep.add_argument(
+        "--parallel", type=int, default=1, help="processes training at once, runs or packs (1)"
+    )
+    sweep.add_argument(
+        "--pack", type=int, metavar="N",
+        help="train up to N runs as one pack, a batched model in one process: runs of one task "
+        "and config that differ only in their seed (default: on CUDA every seed of a task and "
+        "config in one pack; on a CPU 1, no packs)",
+    )  # fmt: skip
     sweep.add_argument("--steps", type=int, help="training steps of every run (train.steps)")
     sweep.add_argument("--device", help="auto, cpu, cuda or cuda:N, for every run")
     sweep.add_argument(
@@ -353,7 +431,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir", metavar="DIR", help="where it writes (runs/<task>/<config>-s<seed>-<time>)"
     )
     train.add_argument(
-        "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (or from its ckpt.pt)"
+        "--resume", metavar="RUN_DIR", nargs="+",
+        help="continue the run in RUN_DIR (or from its ckpt.pt); several: continue them as one "
+        "pack",
+    )  # fmt: skip
+    train.add_argument(
+        "--seeds", metavar="S,S,...",
+        help="train one run per seed as one pack, a batched model (docs: Training, packs); "
+        "each in runs/<task>/<config>-s<seed>-<time>, or under --runs-dir",
+    )  # fmt: skip
+    train.add_argument(
+        "--runs-dir", metavar="DIR", help="with --seeds: each run in DIR/<task>/<config>-s<seed>"
     )
     train.add_argument(
         "--from", dest="rollback", metavar="CHECKPOINT",

@@ -97,7 +97,7 @@ def test_train_command_lines_parse_back(tmp_path) -> None:
         resume = command(replace(cell, action=action), options)
         assert resume[:3] == prefix
         args = build_parser().parse_args(resume[3:])
-        assert (args.command, args.resume, args.steps) == ("train", run_dir, 10)
+        assert (args.command, args.resume, args.steps) == ("train", [run_dir], 10)
         assert args.offline and args.no_progress and args.env is None and args.set is None
 
 

@@ -21,6 +21,22 @@ PRIMAL_BLOCK_CHOICES = ("none", "last", "all")  # the older form, model.primal_b
 PRECISIONS = ("auto", "bf16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
+# Settings that change how a run is executed, not what it computes: a sweep may differ in these
+# from the runs it finds (e.g. resumed on another device, or asked to go to more steps).
+MECHANICS = {
+    "train": {
+        "steps",
+        "device",
+        "compile",
+        "log_every",
+        "ckpt_every",
+        "keep_checkpoints",
+        "threads",
+    },
+    "eval": {"device", "workers", "service"},
+    "data": {"download"},
+}
+
 #: Keys of [model] from before each kind owned its settings, read from older config files,
 #: checkpoints and --set as the setting they became, (kind, setting). Each applied only where a
 #: block has that kind, as they were (older checkpoints carry every kind's, with defaults).

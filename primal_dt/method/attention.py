@@ -62,7 +62,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.common.errors import did_you_mean
@@ -159,34 +158,53 @@ def masked_prefix_mean(x: Tensor, mask: Tensor) -> Tensor:
 
 class UnitNormalize(torch.autograd.Function):
     """phi(v) = v / max(||v||, 1e-12) over the last dimension, as F.normalize, with a backward of
-    three passes over the tensor where autograd's composition makes about seven: at training
-    sizes the layer's time goes to such passes as much as to its matrix products."""
+    a few passes over the tensor where autograd's composition makes about seven: at training
+    sizes the layer's time goes to such passes as much as to its matrix products.
+
+    The backward is written in differentiable operations of v and of phi(v) (the norm computed
+    again from v rather than kept), so second derivatives are autograd's own, exact; and
+    torch.func's transforms (vmap over a pack of runs, training/pack.py) derive their rules
+    from it (setup_context, generate_vmap_rule)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, v: Tensor) -> Tensor:
-        inv_norm = torch.linalg.vector_norm(v, dim=-1, keepdim=True).clamp_min(1e-12).reciprocal()
-        unit = v * inv_norm
-        ctx.save_for_backward(unit, inv_norm)
-        return unit
+    def forward(v: Tensor) -> Tensor:
+        return v * _inverse_norm(v)
 
     @staticmethod
-    @once_differentiable  # the hand-written backward is not itself differentiable: say so
+    def setup_context(ctx: Any, inputs: tuple[Tensor], output: Tensor) -> None:
+        ctx.save_for_backward(inputs[0], output)
+
+    @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
-        unit, inv_norm = ctx.saved_tensors
+        v, unit = ctx.saved_tensors
+        inv_norm = _inverse_norm(v)
         along = torch.linalg.vecdot(grad, unit, dim=-1).unsqueeze(-1)
-        return (grad * inv_norm).addcmul_(unit, along * inv_norm, value=-1.0)
+        return grad * inv_norm - unit * (along * inv_norm)
+
+
+def _inverse_norm(v: Tensor) -> Tensor:
+    """1 / max(||v||, 1e-12) over the last dimension, kept as a dimension of size 1."""
+    return torch.linalg.vector_norm(v, dim=-1, keepdim=True).clamp_min(1e-12).reciprocal()
 
 
 class MaskedEnergy(torch.autograd.Function):
     """sum_l m_l sum_k w_k x_lk^2 per sequence, for x (B, L, K), w (K,), m (B, L): the KSVD loss's
     energy terms, keeping no tensor but x (which the concat layer keeps anyway) for a backward that
-    writes one tensor of x's size where autograd's composition keeps and writes several."""
+    writes one tensor of x's size where autograd's composition keeps and writes several. Written
+    for torch.func's transforms too (setup_context, generate_vmap_rule)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, weights: Tensor, valid: Tensor) -> Tensor:
-        ctx.save_for_backward(x, weights, valid)  # in float32, x is the concat input: kept anyway
+    def forward(x: Tensor, weights: Tensor, valid: Tensor) -> Tensor:
         with torch.autocast(x.device.type, enabled=False):  # a float32 sum, not a bf16 matmul
             return (torch.matmul(x * x, weights) * valid).sum(dim=1)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor, Tensor], output: Tensor) -> None:
+        ctx.save_for_backward(*inputs)  # in float32, x is the concat input: kept anyway
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
@@ -194,7 +212,7 @@ class MaskedEnergy(torch.autograd.Function):
         per_token = grad[:, None] * valid  # (B, L)
         with torch.autocast(x.device.type, enabled=False):
             grad_weights = torch.einsum("blk,bl->k", x * x, per_token)
-        grad_x = (x * weights).mul_(2.0 * per_token[..., None])
+        grad_x = (x * weights) * (2.0 * per_token[..., None])
         return grad_x, grad_weights, None
 
 

@@ -31,6 +31,8 @@ the timing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -101,24 +103,110 @@ def keep_mask(numel: int, p: float, dtype: torch.dtype) -> Tensor:
 
 class _Masked(torch.autograd.Function):
     """x times a mask of zeros and ones, times 1 / (1 - p): torch's dropout's arithmetic, x * mask
-    exact and the scaling rounded once, in x's dtype."""
+    exact and the scaling rounded once, in x's dtype. Written for torch.func's transforms too
+    (setup_context, generate_vmap_rule: a pack of runs is vmapped, training/pack.py)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, mask: Tensor, scale: float) -> Tensor:
-        ctx.save_for_backward(mask)
-        ctx.scale = scale
+    def forward(x: Tensor, mask: Tensor, scale: float) -> Tensor:
         return torch.mul(x, mask).mul_(scale)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor, float], output: Tensor) -> None:
+        ctx.save_for_backward(inputs[1])
+        ctx.scale = inputs[2]
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (mask,) = ctx.saved_tensors
-        return torch.mul(grad, mask).mul_(ctx.scale), None, None
+        return torch.mul(grad, mask) * ctx.scale, None, None
+
+
+class KeySupply:
+    """The keys (a, b) of D1 handed to each dropout call in turn, instead of drawn where it is
+    called: a pack of runs trained as one vmapped model (training/pack.py) draws each run's keys
+    from that run's own generator state, in the order its lone run would draw them, and every
+    dropout call then takes the next pair. Keys None only counts the calls (and drops nothing),
+    which is how a pack finds out how many pairs a step needs."""
+
+    def __init__(self, keys: Tensor | None) -> None:
+        self.keys = keys  # (calls, 2) int32: (a, b) per call
+        self.used = 0
+
+    def next(self) -> tuple[Tensor, Tensor] | None:
+        self.used += 1
+        if self.keys is None:
+            return None
+        if self.used > self.keys.shape[0]:
+            raise RuntimeError(
+                f"dropout was called more often ({self.used}) than keys were supplied "
+                f"({self.keys.shape[0]})"
+            )
+        a, b = self.keys[self.used - 1].unbind()
+        return a, b
+
+
+_supplies: list[KeySupply] = []
+
+
+@contextmanager
+def supplied_keys(keys: Tensor | None) -> Iterator[KeySupply]:
+    """Inside, dropout (on any device) takes its keys from `keys` ((calls, 2) int32, see
+    KeySupply), or only counts its calls where keys is None."""
+    supply = KeySupply(keys)
+    _supplies.append(supply)
+    try:
+        yield supply
+    finally:
+        _supplies.pop()
+
+
+def draw_key_pairs(calls: int) -> Tensor:
+    """(calls, 2) int32: the (a, b) that `calls` dropout calls draw (draw_keys) in eager mode on
+    a CPU, from torch's default generator, in the same order."""
+    pairs = [torch.randint(-(1 << 31), 1 << 31, (2,), dtype=torch.int64) for _ in range(calls)]
+    keys = torch.stack(pairs) if pairs else torch.zeros(0, 2, dtype=torch.int64)
+    keys[:, 0] |= 1
+    return keys.to(torch.int32)  # the same bits, as as_int32 does
+
+
+def mix32_pure(x: Tensor) -> Tensor:
+    """mix32 without writing into x (for vmap): the same bits."""
+    for shift, multiplier in LOWBIAS32:
+        x = x ^ ((x >> shift) & ((1 << (32 - shift)) - 1))
+        if multiplier is not None:
+            x = x * as_int32(multiplier)
+    return x
+
+
+def keyed_mask(numel: int, p: float, dtype: torch.dtype, a: Tensor, b: Tensor) -> Tensor:
+    """keep_mask's mask for the keys a, b (0-dim int32 tensors, on the activation's device) in one
+    pass: the same elements dropped as keep_mask drops for those keys."""
+    threshold = 2 * round(p * (1 << 31)) - (1 << 31)
+    if threshold >= 1 << 31:
+        return torch.zeros(numel, dtype=dtype, device=a.device)
+    indices = torch.arange(numel, dtype=torch.int32, device=a.device)
+    bits = mix32_pure(indices * a + b)
+    return (bits ^ -(1 << 31)).ge(threshold).to(dtype)
+
+
+def keys_supplied() -> bool:
+    """Whether dropout takes supplied keys here (inside supplied_keys)."""
+    return bool(_supplies)
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """F.dropout's semantics; on a CPU in eager mode, with the mask of D1-D3."""
+    """F.dropout's semantics; on a CPU in eager mode, or with supplied keys on any device, with
+    the mask of D1-D3."""
     if not training or p == 0.0:
         return x
+    if _supplies:
+        pair = _supplies[-1].next()
+        if pair is None:  # counting
+            return x
+        mask = keyed_mask(x.numel(), p, x.dtype, *pair).view(x.shape)
+        return _Masked.apply(x, mask, 1.0 / (1.0 - p))
     if x.device.type != "cpu" or p >= 1.0:
         return F.dropout(x, p, training=True)
     mask = keep_mask(x.numel(), p, x.dtype).view(x.shape)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from primal_dt.common.config import Config
+from primal_dt.common.config import MECHANICS, Config
 from primal_dt.common.errors import PrimalDTError
 from primal_dt.common.loading import load_config, named_config_path, option_overrides
 from primal_dt.data.tasks import resolve_task
@@ -27,22 +27,6 @@ from primal_dt.method.registry import check_kinds
 from primal_dt.store.results import final_missing
 from primal_dt.store.rundir import RunDir, run_dir_name
 from primal_dt.store.snapshots import read_snapshot
-
-# Settings that change how a run is executed, not what it computes: a sweep may differ in these
-# from the runs it finds (e.g. resumed on another device, or asked to go to more steps).
-MECHANICS = {
-    "train": {
-        "steps",
-        "device",
-        "compile",
-        "log_every",
-        "ckpt_every",
-        "keep_checkpoints",
-        "threads",
-    },
-    "eval": {"device", "workers", "service"},
-    "data": {"download"},
-}
 
 # What a run training on CUDA asks Ray for where --gpus-per-run is not given: 4 runs share a GPU.
 GPUS_PER_CUDA_RUN = 0.25
@@ -67,6 +51,7 @@ class SweepOptions:
     ray_address: str | None = None
     gpus_per_run: float | None = None  # None: GPUS_PER_CUDA_RUN for runs on CUDA, 0 on CPUs
     cpus_per_run: int = 1
+    pack: int | None = None  # runs per pack; None: packs_by_default
 
     def validate(self) -> SweepOptions:
         for name in ("tasks", "seeds", "configs"):
@@ -77,6 +62,8 @@ class SweepOptions:
             raise SweepError(f"--seeds must be in 0..{2**32 - 1}, got {bad[0]}")
         if self.parallel < 1:
             raise SweepError(f"--parallel must be >= 1, got {self.parallel}")
+        if self.pack is not None and self.pack < 1:
+            raise SweepError(f"--pack must be >= 1 (1: no packs), got {self.pack}")
         if (self.gpus_per_run or 0) < 0 or self.cpus_per_run < 1:
             raise SweepError("--gpus-per-run must be >= 0 and --cpus-per-run >= 1")
         return self
@@ -197,4 +184,58 @@ def command(cell: GridCell, options: SweepOptions) -> list[str]:
     train += ["--env", cell.task, "--config", cell.config_arg, "--run-dir", str(cell.run_dir)]
     for setting in cell.overrides:
         train += ["--set", setting]
+    return train
+
+
+def pack_size(options: SweepOptions, cells: list[GridCell], cuda_here: bool) -> int:
+    """Runs per pack: --pack where given; else, where the runs train on CUDA (train.device cuda,
+    or auto on a machine or Ray cluster with a GPU), every seed of a task and config in one pack;
+    on CPUs no packs (a pack there is opt-in)."""
+    if options.pack is not None:
+        return options.pack
+    on_cuda = any(c.device.startswith("cuda") or (c.device == "auto" and cuda_here) for c in cells)
+    return len(options.seeds) if on_cuda else 1
+
+
+def group_packs(cells: list[GridCell], size: int) -> list[list[GridCell]]:
+    """The cells to train, in packs of at most `size`: a pack holds runs of one task and config
+    with one action at one step (runs that differ only in their seed), in the grid's order."""
+    groups: dict[tuple[str, str, str, int, int], list[GridCell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.task, cell.config, cell.action, cell.from_step, cell.steps), [])
+        groups[(cell.task, cell.config, cell.action, cell.from_step, cell.steps)].append(cell)
+    packs = [
+        group[start : start + size] for group in groups.values()
+        for start in range(0, len(group), size)
+    ]  # fmt: skip
+    order = {cell.name: index for index, cell in enumerate(cells)}
+    return sorted(packs, key=lambda pack: order[pack[0].name])
+
+
+def describe_packs(packs: list[list[GridCell]]) -> str:
+    """One line: how the runs are packed, and why runs are packed apart."""
+    sizes = ", ".join(f"{pack[0].task} x {pack[0].config}: {len(pack)}" for pack in packs)
+    return (
+        f"packs: {sum(map(len, packs))} runs in {len(packs)} packs ({sizes}); runs of different "
+        f"tasks, configs or steps train in separate packs"
+    )
+
+
+def pack_command(cells: list[GridCell], options: SweepOptions) -> list[str]:
+    """The `primal-dt train` command line that trains the cells as one pack (command's, for one
+    cell): --seeds with --runs-dir to start them, --resume with every run directory to go on."""
+    if len(cells) == 1:
+        return command(cells[0], options)
+    first = cells[0]
+    train = [sys.executable, "-m", "primal_dt.cli", "train", "--no-progress"]
+    if first.action in ("resume", "evaluate"):
+        offline = ["--offline"] if options.offline else []
+        dirs = [str(cell.run_dir) for cell in cells]
+        return [*train, "--resume", *dirs, "--steps", str(first.steps), *offline]
+    seeds = ",".join(str(cell.seed) for cell in cells)
+    train += ["--env", first.task, "--config", first.config_arg, "--seeds", seeds]
+    train += ["--runs-dir", str(options.runs_dir.resolve())]
+    for setting in first.overrides:
+        if not setting.startswith("train.seed="):
+            train += ["--set", setting]
     return train

@@ -39,7 +39,10 @@ from primal_dt.tools.grid import (
     GridCell,
     SweepError,
     SweepOptions,
-    command,
+    describe_packs,
+    group_packs,
+    pack_command,
+    pack_size,
     plan,
     with_action,
 )
@@ -96,16 +99,32 @@ class Sweep:
     ) -> None:
         self.options = options
         self.todo = [cell for cell in cells if cell.action != "finished"]
+        self.packs = [[cell] for cell in self.todo]  # train_grid packs them where it should
         self.out = out
         self.failed: list[tuple[GridCell, str]] = []
         self.started: dict[str, float] = {}
 
-    def prepare(self, cell: GridCell) -> Path:
-        """A run started afresh gets a clean directory (what a failed start left is removed)."""
-        if cell.action == "start" and cell.run_dir.path.exists():
-            shutil.rmtree(cell.run_dir.path)
-        cell.run_dir.path.mkdir(parents=True, exist_ok=True)
-        return cell.run_dir.log
+    def prepare(self, pack: list[GridCell]) -> Path:
+        """A run started afresh gets a clean directory (what a failed start left is removed).
+        Returns the log the pack's process writes: its first run's; the others' logs say so."""
+        for cell in pack:
+            if cell.action == "start" and cell.run_dir.path.exists():
+                shutil.rmtree(cell.run_dir.path)
+            cell.run_dir.path.mkdir(parents=True, exist_ok=True)
+            if cell is not pack[0]:
+                with open(cell.run_dir.log, "a") as log:
+                    log.write(f"trained in a pack; its log is {pack[0].run_dir.log}\n")
+        return pack[0].run_dir.log
+
+    def begin_pack(self, pack: list[GridCell]) -> None:
+        for cell in pack:
+            self.begin(cell)
+
+    def end_pack(
+        self, pack: list[GridCell], returncode: int | None, reason: str | None = None
+    ) -> None:
+        for cell in pack:
+            self.end(cell, returncode, reason, pack[0].run_dir.log)
 
     def begin(self, cell: GridCell) -> None:
         self.started[cell.name] = time.monotonic()
@@ -113,7 +132,10 @@ class Sweep:
                 "evaluate": "final evaluation"}[cell.action]  # fmt: skip
         self.out(f"[{len(self.started)}/{len(self.todo)}] {cell.name}: {what}")
 
-    def end(self, cell: GridCell, returncode: int | None, reason: str | None = None) -> None:
+    def end(
+        self, cell: GridCell, returncode: int | None, reason: str | None = None,
+        log: Path | None = None,
+    ) -> None:  # fmt: skip
         from primal_dt.store.dashboards import copy_run
 
         seconds = time.monotonic() - self.started[cell.name]
@@ -122,28 +144,29 @@ class Sweep:
             copy_run(cell.run_dir.path, cell.task)
             self.out(f"done {cell.name} in {seconds:.0f} s: {final_summary(cell.run_dir)}")
             return
+        log = log or cell.run_dir.log
         if reason is None:
-            reason = last_line(cell.run_dir.log)
+            reason = last_line(log)
             if returncode == 0:
                 reason = "ended without finishing its steps and final evaluation"
         code = "" if returncode is None else f" (exit {returncode})"
         self.failed.append((cell, reason))
-        self.out(f"FAILED {cell.name}{code}: {reason} (log: {cell.run_dir.log})")
+        self.out(f"FAILED {cell.name}{code}: {reason} (log: {log})")
 
     def launch_here(self) -> None:
         """Up to --parallel subprocesses at once; SIGINT/SIGTERM stop them with a checkpoint."""
         env = local_thread_env(self.options.parallel)
-        pending = list(self.todo)
-        running: dict[subprocess.Popen[bytes], GridCell] = {}
+        pending = list(self.packs)
+        running: dict[subprocess.Popen[bytes], list[GridCell]] = {}
         try:
             while pending or running:
                 while pending and len(running) < self.options.parallel:
-                    cell = pending.pop(0)
-                    log = self.prepare(cell)
-                    self.begin(cell)
-                    running[start_logged(command(cell, self.options), log, env)] = cell
+                    pack = pending.pop(0)
+                    log = self.prepare(pack)
+                    self.begin_pack(pack)
+                    running[start_logged(pack_command(pack, self.options), log, env)] = pack
                 for process in [p for p in running if p.poll() is not None]:
-                    self.end(running.pop(process), process.returncode)
+                    self.end_pack(running.pop(process), process.returncode)
                 time.sleep(0.2)
         except KeyboardInterrupt:
             _stop(list(running))
@@ -153,25 +176,29 @@ class Sweep:
             ) from None
 
     def launch_on_ray(self, ray: Any, gpus: float) -> None:
-        """Every run a Ray task asking for `gpus` GPUs and --cpus-per-run CPUs (connected by
+        """Every run, or every pack, a Ray task asking for `gpus` GPUs (a pack on CUDA: one
+        whole GPU, unless --gpus-per-run says otherwise) and --cpus-per-run CPUs (connected by
         ray_cluster, checked by ray_gpus)."""
         options = self.options
-        task = ray.remote(num_gpus=gpus, num_cpus=options.cpus_per_run)(logged_command)
         env = thread_env(options.cpus_per_run)
-        refs: dict[Any, GridCell] = {}
+        refs: dict[Any, list[GridCell]] = {}
         try:
-            for cell in self.todo:
-                log = self.prepare(cell)
-                self.begin(cell)
-                refs[task.remote(command(cell, options), str(log), env)] = cell
+            for pack in self.packs:
+                log = self.prepare(pack)
+                self.begin_pack(pack)
+                pack_gpus = gpus
+                if len(pack) > 1 and gpus and options.gpus_per_run is None:
+                    pack_gpus = 1.0
+                task = ray.remote(num_gpus=pack_gpus, num_cpus=options.cpus_per_run)(logged_command)
+                refs[task.remote(pack_command(pack, options), str(log), env)] = pack
             while refs:
                 (ready,), _ = ray.wait(list(refs), num_returns=1)
-                cell = refs.pop(ready)
+                pack = refs.pop(ready)
                 try:
-                    self.end(cell, ray.get(ready))
+                    self.end_pack(pack, ray.get(ready))
                 except ray.exceptions.RayError as err:
                     reason = f"Ray task failed: {first_line(err) or type(err).__name__}"
-                    self.end(cell, None, reason)
+                    self.end_pack(pack, None, reason)
         except KeyboardInterrupt:
             for ref in refs:
                 ray.cancel(ref)  # the task forwards the interrupt to its run
@@ -283,6 +310,8 @@ def train_grid(options: SweepOptions, out: Callable[[str], None] = print) -> lis
             a: sum(c.action == a for c in cells)
             for a in ("finished", "resume", "start", "evaluate")
         }
+        size = pack_size(options, sweep.todo, cuda_here(options, gpus, on_ray))
+        sweep.packs = group_packs(sweep.todo, size)
         where = f"{options.parallel} at a time"
         if options.ray_address:
             where = f"on Ray at {options.ray_address}"
@@ -299,6 +328,8 @@ def train_grid(options: SweepOptions, out: Callable[[str], None] = print) -> lis
             if sweep.todo:
                 log = RunDir(Path("RUN_DIR")).log
                 out(f"each run logs to {log}; watch: tensorboard --logdir {options.runs_dir}")
+            if size > 1 and sweep.todo:
+                out(describe_packs(sweep.packs))
             if on_ray:
                 sweep.launch_on_ray(ray, gpus)
             elif sweep.todo:
@@ -313,6 +344,18 @@ def train_grid(options: SweepOptions, out: Callable[[str], None] = print) -> lis
         f"sweep: all {len(cells)} runs finished; tables and figures: primal-dt report {options.runs_dir}"
     )
     return cells
+
+
+def cuda_here(options: SweepOptions, gpus: float, on_ray: bool) -> bool:
+    """Whether runs with train.device auto would train on CUDA: the Ray cluster's GPUs asked
+    for, or this machine's."""
+    if on_ray:
+        return gpus > 0
+    if options.pack is not None:
+        return False  # not needed: --pack decides
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @contextmanager

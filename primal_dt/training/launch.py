@@ -3,6 +3,7 @@ checkpoint. Everything is checked before anything is written."""
 
 from __future__ import annotations
 
+import copy
 import random
 import time
 from pathlib import Path
@@ -35,7 +36,8 @@ from primal_dt.store.runconfig import RunConfig, read_run_config, write_run_conf
 from primal_dt.store.rundir import RunDir, folder_of, run_dir_name, run_of, step_of
 from primal_dt.store.snapshots import Snapshot, read_snapshot, unsealed_note
 from primal_dt.training.compiling import compile_model
-from primal_dt.training.trainer import Trainer
+from primal_dt.training.pack import Pack, check_packable
+from primal_dt.training.trainer import Trainer, warmup_schedule
 
 
 def read_resumable(run: RunDir, rollback: Path | None) -> Snapshot:
@@ -151,10 +153,7 @@ def assemble(config: Config, data: TaskData, run_dir: Path) -> Trainer:
     ).to(device)
     train = config.train
     optimizer = adamw(model.parameters(), device, lr=train.lr, weight_decay=train.weight_decay)
-    warmup = train.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, 1.0) if warmup else 1.0
-    )
+    scheduler = warmup_schedule(optimizer, train.warmup_steps)
     sampler = WindowSampler(
         data.episodes, state_mean, state_std, config.model.context_len, train.return_scale,
         device, seed=train.seed,
@@ -172,9 +171,8 @@ def default_run_dir(task: str, config_name: str, seed: int) -> Path:
     return Path("runs") / run_dir_name(task, config_name, seed, time.strftime("%Y%m%d-%H%M%S"))
 
 
-def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "default") -> Trainer:
-    """A new run in run_dir, which must not already hold one; config_name names the config file
-    the run came from, for reports."""
+def check_free(run_dir: Path) -> None:
+    """A new run may start in run_dir: no live run holds it, and it holds no run."""
     run = RunDir(run_dir)
     lock = RunLock(run, "train")
     holder = lock.holder()
@@ -185,8 +183,21 @@ def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "def
             f"{run_dir} already holds a run; continue it with --resume {run_dir} "
             f"or choose another --run-dir"
         )
+
+
+def start_run(
+    config: Config,
+    task: Task,
+    run_dir: Path,
+    config_name: str = "default",
+    data: TaskData | None = None,
+) -> Trainer:
+    """A new run in run_dir, which must not already hold one; config_name names the config file
+    the run came from, for reports. data: the task's data where it is loaded already."""
+    run = RunDir(run_dir)
+    check_free(run_dir)
     check_kinds(config.model)  # before the dataset is loaded
-    data = load_task_data(task, config.data.download)
+    data = data or load_task_data(task, config.data.download)
     asked = config.train.precision
     trainer = assemble(config, data, run_dir)  # everything is checked: now write
     trainer.notes.append(precision_chosen(asked, trainer.device))
@@ -200,13 +211,17 @@ def start_run(config: Config, task: Task, run_dir: Path, config_name: str = "def
 
 
 def resume_run(
-    path: Path, steps: int | None = None, download: bool | None = None, rollback: Path | None = None
+    path: Path,
+    steps: int | None = None,
+    download: bool | None = None,
+    rollback: Path | None = None,
+    data: TaskData | None = None,
 ) -> Trainer:
     """Continue the run in `path` (a run directory or its ckpt.pt) from its checkpoint, to its
     configured or to `steps` steps, or only to its final evaluation where that is what is left.
     With `rollback` (one of the run's checkpoints/step_N.pt), continue from that step instead: what
     the run did after it (checkpoints, evaluations, logs) is dropped, and the run goes on as if it
-    had been stopped there, bit for bit."""
+    had been stopped there, bit for bit. data: the task's data where it is loaded already."""
     run = run_of(path)
     if path.is_file() and path != run.checkpoint:
         raise ConfigError(
@@ -240,7 +255,7 @@ def resume_run(
             f"pass --steps N with N > {snapshot.step} to train further"
         )
     record = snapshot.task
-    data = load_task_data(record.task(), config.data.download)
+    data = data or load_task_data(record.task(), config.data.download)
     if data.env_id != record.env_id:
         raise CheckpointError(
             f"{run} was trained on {record.env_id} but its dataset is now for {data.env_id}"
@@ -277,3 +292,48 @@ def resume_run(
         if step_of(queued) > trainer.step:
             queued.unlink()
     return trainer
+
+
+def start_pack(
+    config: Config, task: Task, seeds: list[int], run_dirs: list[Path], config_name: str
+) -> Pack:
+    """New runs of one config, one per seed, each in its run directory, trained as one pack
+    (pack.py). Every directory is checked before anything is written; the data loads once."""
+    if len(seeds) != len(set(seeds)):
+        raise ConfigError(f"a pack's seeds must differ, got {seeds}")
+    for run_dir in run_dirs:
+        check_free(run_dir)
+    check_kinds(config.model)
+    data = load_task_data(task, config.data.download)
+    trainers, rng_states = [], []
+    for seed, run_dir in zip(seeds, run_dirs, strict=True):
+        run_config = copy.deepcopy(config)
+        run_config.train.seed = seed
+        trainers.append(start_run(run_config, task, run_dir, config_name, data))
+        rng_states.append(torch.get_rng_state())  # as the lone run's, right after assemble
+    return Pack(trainers, rng_states)
+
+
+def resume_pack(paths: list[Path], steps: int | None = None, download: bool | None = None) -> Pack:
+    """Continue runs trained as one pack (or any runs that can be packed: one task, one config
+    but for the seed, one step) from their checkpoints, as one pack again."""
+    runs = [run_of(path) for path in paths]
+    snapshots = [read_resumable(run, None) for run in runs]
+    names = [str(run) for run in runs]
+    for run, snapshot in zip(runs[1:], snapshots[1:], strict=True):
+        first = snapshots[0]
+        if (snapshot.task.name, snapshot.step) != (first.task.name, first.step):
+            raise ConfigError(
+                f"{run} cannot be resumed in a pack with {runs[0]}: it is at step "
+                f"{snapshot.step} of {snapshot.task.name}, and {runs[0]} at step {first.step} of "
+                f"{first.task.name}; resume them separately"
+            )
+    check_packable([snapshot.config for snapshot in snapshots], names)
+    trainers, rng_states = [], []
+    data = None
+    for path in paths:
+        trainer = resume_run(path, steps, download, data=data)
+        data = trainer.data
+        trainers.append(trainer)
+        rng_states.append(torch.get_rng_state())  # restore() set the run's own
+    return Pack(trainers, rng_states)

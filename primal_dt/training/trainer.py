@@ -75,6 +75,15 @@ class EvaluationFailed(PrimalDTError):
     exit_code = 1
 
 
+def warmup_schedule(
+    optimizer: torch.optim.Optimizer, warmup: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning rate rising linearly from lr / warmup to lr over `warmup` steps, then constant."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, 1.0) if warmup else 1.0
+    )
+
+
 def action_loss(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean squared error over the action entries of real (unpadded) steps."""
     weights = mask.unsqueeze(-1).float()  # counted in float32: a bf16 count rounds (1279 -> 1280)
@@ -104,6 +113,9 @@ class Trainer:
     pending_count: int = 0
     # What the training step calls: the model, or its torch.compile'd wrapper (None: the model).
     forward_model: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    # Where the run trains in a pack (training/pack.py), what brings its weights, optimiser,
+    # scheduler and random state up to date before they are logged, evaluated or saved.
+    sync: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         self.locks = [RunLock(self.run_dir, "train"), *self.evaluator.locks]
@@ -113,7 +125,8 @@ class Trainer:
             self.forward_model = self.model
         # The first compiled step compiles or loads the kernels (first_compiled_step).
         self.compile_pending = self.forward_model is not self.model
-        self.say: Callable[[str], object] = partial(print, file=sys.stderr)  # train() sets it
+        self.say: Callable[[str], None] = partial(print, file=sys.stderr)  # begin() sets it
+        self.tick = time.perf_counter()  # when the last log was (begin() sets it)
 
     def hold(self) -> None:
         """Take the run directory's locks (see RunLock): a second writer is refused, and then
@@ -133,6 +146,8 @@ class Trainer:
 
     def snapshot(self, request: EvalRequest | None = None, resumable: bool = False) -> Snapshot:
         """The policy as it is now; resumable adds what continuing the run needs."""
+        if self.sync is not None:
+            self.sync()
         training = None
         if resumable:
             training = TrainingState(
@@ -275,43 +290,67 @@ class Trainer:
         cfg = self.config.train
         stop = stop or StopSignals()
         with stop, ExitStack() as stack:
-            self.hold()
-            stack.callback(self.release)
-            writer, bar = self._open(stack, progress)
-            say = self.say = partial(bar.write, file=sys.stderr)  # above the bar
-            for note in self.notes:
-                say(note)
-            stack.enter_context(self.evaluator)
-            self.evaluator.collect(say)  # a resumed run's results never printed before
-            if self.step >= cfg.steps and self.evaluator.needs_final(
-                self.step, self.config.eval.final_episodes
-            ):
-                self._evaluate(final=True)
-            tick, first = time.perf_counter(), self.step
+            bar = progress_bar(cfg.steps, self.step, self.data.task.name, progress)
+            stack.enter_context(bar)  # returns the bar itself, typed as the join of its two kinds
+            writer = self.begin(stack, partial(bar.write, file=sys.stderr))  # lines above the bar
+            first = self.step
             while self.step < cfg.steps:
                 self.accumulate(self.train_step(self.sampler.sample(cfg.batch_size)))
                 self.step += 1
                 bar.update(1)
-                last = self.step == cfg.steps
-                if self.step % cfg.log_every == 0 or last:
-                    tick = self._log(writer, bar, tick)
-                    self.evaluator.collect(say)
-                if last and self.config.eval.final_episodes:
-                    self._evaluate(final=True)
-                elif cfg.eval_every and self.step % cfg.eval_every == 0:
-                    self._evaluate(final=False)
-                if self.step % cfg.ckpt_every == 0 or last or stop.signum is not None:
-                    self.save()
+                self.after_step(writer, bar, stop)
                 if stop.signum is not None:
                     raise self._interrupted(stop.signum)
-            writer.flush()
-            shown = self.evaluator.shown
-            final = self.evaluator.finish(say, self.step)
-            # What it printed since the last save counts too (a run that only evaluated here
-            # leaves its checkpoint as it was).
-            if self.evaluator.shown != shown and self.step > first:
-                self.save()
-            return self._final(final)
+            return self._final(self.end(writer, first))
+
+    def begin(self, stack: ExitStack, say: Callable[[str], None]) -> SummaryWriter:
+        """What a run does before its first step: take its locks, open TensorBoard and the
+        evaluator (the stack closes them however training ends), say its notes and the results a
+        resumed run never printed, and give a run resumed at its last step its final evaluation.
+        Lines go to `say`."""
+        self.hold()
+        stack.callback(self.release)
+        writer = self._open_writer(stack)
+        self.say = say
+        for note in self.notes:
+            say(note)
+        stack.enter_context(self.evaluator)
+        self.evaluator.collect(say)  # a resumed run's results never printed before
+        if self.step >= self.config.train.steps and self.evaluator.needs_final(
+            self.step, self.config.eval.final_episodes
+        ):
+            self._evaluate(final=True)
+        self.tick = time.perf_counter()
+        return writer
+
+    def after_step(self, writer: SummaryWriter, bar: Progress | None, stop: StopSignals) -> None:
+        """What follows a step (self.step counts it already): the log, the evaluation and the
+        checkpoint that fall on it, and a checkpoint where a stop was asked for."""
+        cfg = self.config.train
+        last = self.step == cfg.steps
+        if self.step % cfg.log_every == 0 or last:
+            if self.sync is not None:
+                self.sync()  # the learning rate it logs
+            self.tick = self._log(writer, bar, self.tick)
+            self.evaluator.collect(self.say)
+        if last and self.config.eval.final_episodes:
+            self._evaluate(final=True)
+        elif cfg.eval_every and self.step % cfg.eval_every == 0:
+            self._evaluate(final=False)
+        if self.step % cfg.ckpt_every == 0 or last or stop.signum is not None:
+            self.save()
+
+    def end(self, writer: SummaryWriter, first: int) -> EvalRecord | None:
+        """After the last step (first: the step this start began at): wait for the evaluations
+        and return the final one's record (None without one)."""
+        writer.flush()
+        shown = self.evaluator.shown
+        final = self.evaluator.finish(self.say, self.step)
+        # What it printed since the last save counts too (a run that only evaluated here
+        # leaves its checkpoint as it was).
+        if self.evaluator.shown != shown and self.step > first:
+            self.save()
+        return final
 
     def accumulate(self, metrics: Metrics) -> None:
         """Add one step's metrics to the sums the next log averages."""
@@ -319,8 +358,8 @@ class Trainer:
             self.pending[name] = self.pending[name] + value if name in self.pending else value
         self.pending_count += 1
 
-    def _open(self, stack: ExitStack, progress: bool) -> tuple[SummaryWriter, Progress]:
-        """TensorBoard and the progress output; the stack closes them however the loop ends."""
+    def _open_writer(self, stack: ExitStack) -> SummaryWriter:
+        """TensorBoard; the stack closes it however the loop ends."""
         # On resume, drop every event (train/* and eval/*) logged after the checkpoint by the
         # interrupted run. Only this writer purges: TensorBoard reads a run's event files in the
         # order they were created and a purge drops the points of every file read before it, so
@@ -330,11 +369,9 @@ class Trainer:
         if self.step == 0:
             write_hparams(writer, self.data.task.name, self.config)
             writer.add_custom_scalars(run_layout(self.data.task.name))
-        bar = progress_bar(self.config.train.steps, self.step, self.data.task.name, progress)
-        stack.enter_context(bar)  # returns the bar itself, typed as the join of its two kinds
-        return writer, bar
+        return writer
 
-    def _log(self, writer: SummaryWriter, bar: Progress, tick: float) -> float:
+    def _log(self, writer: SummaryWriter, bar: Progress | None, tick: float) -> float:
         """The mean of each metric since the last log to TensorBoard and the bar; returns the
         time of this log."""
         self._check_finite()
@@ -353,7 +390,8 @@ class Trainer:
             writer.add_scalar(f"train/{name}", value, self.step)
         postfix: dict[str, str] = {"action": f"{means['action_loss']:.4f}"}
         postfix[aux_name.removesuffix("_loss")] = f"{means[aux_name]:.3g}"  # ksvd=...
-        bar.set_postfix(refresh=False, **postfix)  # type: ignore[arg-type]  # (no key is ordered_dict)
+        if bar is not None:
+            bar.set_postfix(refresh=False, **postfix)  # type: ignore[arg-type]  # (no key is ordered_dict)
         self.pending, self.pending_count = {}, 0
         return now
 

@@ -1,0 +1,223 @@
+"""Runs trained as one pack (training/pack.py): each the run it would be alone, each a whole run of
+its own (checkpoints that eval and --resume read), the same bits however often the pack is stopped
+and resumed, and `sweep --pack` planning and training packs."""
+
+from __future__ import annotations
+
+import random
+import signal
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import DEVICE, TINY
+from test_reproducibility import assert_same, default_threads_env, wait_for_checkpoint
+
+from primal_dt.cli import build_parser, main
+from primal_dt.common.errors import ConfigError
+from primal_dt.common.loading import load_config
+from primal_dt.data.tasks import resolve_task
+from primal_dt.method.registry import ATTENTIONS
+from primal_dt.store.results import read_results
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.snapshots import read_snapshot
+from primal_dt.tools.grid import SweepOptions, group_packs, pack_command, pack_size, plan
+from primal_dt.training.launch import resume_pack, start_pack, start_run
+from primal_dt.training.pack import clip_per_run
+
+FP32 = [*TINY, 'train.precision="fp32"', f'train.device="{DEVICE}"', 'eval.service="inline"']
+
+
+def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b||, a tensor's relative difference as a whole."""
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30))
+
+
+@pytest.mark.parametrize("kind", list(ATTENTIONS))
+def test_a_run_in_a_pack_is_the_run_trained_alone(minari_root, tmp_path, kind) -> None:
+    """In float32 on a CPU, after 40 steps (dropout on, warm-up and clipping in play) every
+    parameter of each run of a pack of two is within 1e-5 relative of its lone run's, and its
+    integer buffers (Performer's and Reformer's seeds) are equal: for every kind of the registry,
+    in the last block, as the configs place it."""
+    settings = [*FP32, f'model.attention=["softmax", "softmax", "{kind}"]', "train.steps=40"]
+    task = resolve_task("hopper-medium")
+    config = load_config(None, settings)
+    pack = start_pack(config, task, [0, 1], [tmp_path / "p0", tmp_path / "p1"], "tiny")
+    pack.train(progress=False)
+    for seed in (0, 1):
+        alone = load_config(None, [*settings, f"train.seed={seed}"])
+        start_run(alone, task, tmp_path / f"alone{seed}", "tiny").train(progress=False)
+        packed = read_snapshot(tmp_path / f"p{seed}").weights
+        lone = read_snapshot(tmp_path / f"alone{seed}").weights
+        assert packed.keys() == lone.keys()
+        for name, tensor in lone.items():
+            if tensor.is_floating_point():
+                assert relative_difference(packed[name], tensor) < 1e-5, (kind, seed, name)
+            else:
+                assert torch.equal(packed[name], tensor), (kind, seed, name)
+    # The two runs of the pack are two runs, not one twice.
+    first, second = (read_snapshot(tmp_path / f"p{seed}").weights for seed in (0, 1))
+    assert not torch.equal(first["embed_state.weight"], second["embed_state.weight"])
+
+
+def test_clipping_is_each_runs_own() -> None:
+    """clip_per_run scales each run's slice as clip_grad_norm_ scales that run's gradients."""
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(3, 4, 5, generator=gen), torch.randn(3, 7, generator=gen) * 0.01]
+    lone = [[grad[run].clone() for grad in grads] for run in range(3)]
+    norms = clip_per_run(grads, 0.5)
+    for run in range(3):
+        params = [torch.zeros_like(grad, requires_grad=True) for grad in lone[run]]
+        for param, grad in zip(params, lone[run], strict=True):
+            param.grad = grad
+        norm = torch.nn.utils.clip_grad_norm_(params, 0.5)
+        torch.testing.assert_close(norms[run], norm)
+        for param, grad in zip(params, grads, strict=True):
+            torch.testing.assert_close(grad[run], param.grad)
+
+
+PACK_SETTINGS = [*TINY, "train.ckpt_every=10", "train.eval_every=20", "eval.episodes=1",
+                 "eval.final_episodes=1", 'train.precision="bf16"']  # fmt: skip
+STEPS = 60
+
+
+def pack_args(runs_dir: Path, steps: int = STEPS) -> list[str]:
+    args = ["train", "--env", "hopper-medium", "--offline", "--no-progress", "--seeds", "0,1"]
+    args += ["--runs-dir", str(runs_dir), "--steps", str(steps), "--device", DEVICE]
+    args += ["--config", "primal-dt"]
+    for setting in PACK_SETTINGS:
+        args += ["--set", setting]
+    return args
+
+
+def run_dirs(runs_dir: Path) -> list[Path]:
+    return [runs_dir / "hopper-medium" / f"primal-dt-s{seed}" for seed in (0, 1)]
+
+
+def start(args: list[str]):
+    import subprocess
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "primal_dt.cli", *args], env=default_threads_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def straight_pack(minari_root, tmp_path_factory) -> Path:
+    runs_dir = tmp_path_factory.mktemp("straight-pack")
+    process = start(pack_args(runs_dir))
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    return runs_dir
+
+
+def test_a_pack_stopped_and_resumed_many_times_ends_bit_identical(straight_pack, tmp_path) -> None:
+    """SIGINT, SIGKILL and SIGTERM at random moments after checkpoints, each followed by
+    `train --resume` of the pack's run directories: every run ends with the bits, the logged
+    scalars and the evaluations of the pack that was never stopped."""
+    runs = run_dirs(tmp_path)
+    rng = random.Random(3)
+    kills = [signal.SIGINT, signal.SIGKILL, signal.SIGTERM]
+    process = start(pack_args(tmp_path))
+    stopped = []
+    for i, signum in enumerate(kills):
+        if not wait_for_checkpoint(process, runs[1], (i + 1) * STEPS // (len(kills) + 1)):
+            break
+        time.sleep(rng.uniform(0.0, 0.1))
+        process.send_signal(signum)
+        output, _ = process.communicate(timeout=120)
+        if process.returncode == 0:
+            break
+        assert process.returncode in (128 + signum, -signum), output
+        if signum != signal.SIGKILL:
+            assert f"--resume {runs[0]} {runs[1]}" in output  # the command that continues it
+        stopped.append(signum.name)
+        process = start(["train", "--resume", *map(str, runs), "--no-progress"])
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    assert len(stopped) >= 2, f"the pack ended after only {stopped}: too few stops to test"
+    for straight, resumed in zip(run_dirs(straight_pack), runs, strict=True):
+        assert_same(straight, resumed)
+
+
+def test_a_packed_run_is_a_whole_run(straight_pack, tmp_path, capsys) -> None:
+    """Each run of a pack has its own config.json, events, eval.jsonl and checkpoints; `eval`
+    reads its checkpoint, and `train --resume` continues it alone."""
+    first, second = run_dirs(straight_pack)
+    for run_dir, seed in ((first, 0), (second, 1)):
+        assert read_snapshot(run_dir).config.train.seed == seed
+        assert (run_dir / "config.json").is_file() and list(run_dir.glob("events.out.*"))
+        finals = [r for r in read_results(RunDir(run_dir)) if r.final]
+        assert [r.step for r in finals] == [STEPS]
+        assert [r.step for r in read_results(RunDir(run_dir)) if not r.final] == [20, 40]
+    assert main(["eval", "--ckpt", str(second), "--episodes", "1", "--device", DEVICE]) == 0
+    assert "hopper-medium" in capsys.readouterr().out
+    import shutil
+
+    alone = tmp_path / "alone"
+    shutil.copytree(second, alone, ignore=shutil.ignore_patterns(".*.lock"))
+    assert main(["train", "--resume", str(alone), "--steps", str(STEPS + 5), "--no-progress"]) == 0
+    assert read_snapshot(alone).step == STEPS + 5
+
+
+def test_runs_that_cannot_be_packed_are_refused_in_one_line(minari_root, tmp_path) -> None:
+    task = resolve_task("hopper-medium")
+    config = load_config(None, [*FP32, "train.steps=10"])
+    start_pack(config, task, [0], [tmp_path / "a"], "tiny").train(progress=False)
+    other = load_config(None, [*FP32, "train.steps=10", "train.lr=1e-3"])
+    start_run(other, task, tmp_path / "b", "tiny").train(progress=False)
+    with pytest.raises(ConfigError, match=r"cannot be packed with .*train\.lr is 0\.001"):
+        resume_pack([tmp_path / "a", tmp_path / "b"], steps=20)
+    start_run(load_config(None, [*FP32, "train.steps=5"]), task, tmp_path / "c", "tiny").train(
+        progress=False
+    )
+    with pytest.raises(ConfigError, match="at step 5 .* at step 10"):
+        resume_pack([tmp_path / "a", tmp_path / "c"], steps=20)
+    with pytest.raises(ConfigError, match="seeds must differ"):
+        start_pack(config, task, [1, 1], [tmp_path / "d", tmp_path / "e"], "tiny")
+    assert not (tmp_path / "d").exists()
+
+
+def test_sweep_packs_runs_of_one_task_and_config(tmp_path) -> None:
+    """--pack N groups the runs that differ only in their seed, N at most per pack, and the
+    pack's command line parses back to the cells' seeds, runs directory and settings."""
+    options = SweepOptions(
+        ["hopper-medium"], [0, 1, 2], ["dt", "primal-dt"], runs_dir=tmp_path / "runs",
+        steps=10, device="cpu", offline=True, overrides=list(TINY), pack=2,
+    )  # fmt: skip
+    cells = plan(options)
+    packs = group_packs(cells, pack_size(options, cells, cuda_here=False))
+    assert [[(c.config, c.seed) for c in pack] for pack in packs] == [
+        [("dt", 0), ("dt", 1)], [("primal-dt", 0), ("primal-dt", 1)], [("dt", 2)],
+        [("primal-dt", 2)],
+    ]  # fmt: skip
+    args = build_parser().parse_args(pack_command(packs[1], options)[3:])
+    assert (args.env, args.config, args.seeds) == ("hopper-medium", "primal-dt", "0,1")
+    assert args.runs_dir == str((tmp_path / "runs").resolve()) and args.run_dir is None
+    assert not any(setting.startswith("train.seed") for setting in args.set)
+    # On a CPU no packs unless asked; on CUDA every seed of a task and config in one pack.
+    options.pack = None
+    assert pack_size(options, cells, cuda_here=True) == 1  # train.device = "cpu"
+    automatic = [replace(cell, device="auto") for cell in cells]
+    assert pack_size(options, automatic, cuda_here=False) == 1
+    assert pack_size(options, automatic, cuda_here=True) == 3
+
+
+def test_sweep_trains_packs(minari_root, tmp_path, capsys) -> None:
+    runs = tmp_path / "runs"
+    args = ["sweep", "--tasks", "hopper-medium", "--configs", "dt", "--seeds", "0,1"]
+    args += ["--pack", "2", "--steps", "10", "--device", DEVICE, "--offline"]
+    args += ["--runs-dir", str(runs)]
+    for setting in TINY:
+        args += ["--set", setting]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "packs: 2 runs in 1 packs (hopper-medium x dt: 2)" in out
+    for seed in (0, 1):
+        assert read_snapshot(runs / "hopper-medium" / f"dt-s{seed}").step == 10
+    log = (runs / "hopper-medium" / "dt-s1" / "train.log").read_text()
+    assert "trained in a pack" in log
