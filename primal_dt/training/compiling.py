@@ -68,7 +68,22 @@ def compile_model(model: torch.nn.Module, mode: str, device: torch.device) -> Ca
         import torch._inductor.config as inductor_config
 
         inductor_config.fallback_random = True
+    deterministic_kernels(device)
     return torch.compile(model, mode=mode, dynamic=False)
+
+
+def deterministic_kernels(device: torch.device) -> None:
+    """Compiled kernels that give the same bits at every run. Inductor writes a scatter with
+    accumulation (the timestep embedding's backward, for one) as atomic adds from parallel
+    threads, whose order, and so whose rounding, changes from run to run; with torch's
+    deterministic algorithms on, it calls ATen's sequential kernel instead. Ops that have no
+    deterministic kernel warn rather than fail (warn_only), and empty tensors are not filled.
+    On CUDA, cuBLAS needs a fixed workspace for reproducible products (set where the user has
+    not chosen one)."""
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
 
 
 def _messages(error: BaseException) -> Iterator[str]:
