@@ -136,7 +136,8 @@ def make_trainer(
     config = load_config(named_config_path(point["config"]), overrides, task="halfcheetah-medium")
     trainer = assemble(config, synthetic_data(), run_dir)
     if every_token:  # the reference the cut is measured against
-        trainer.forward_model = functools.partial(trainer.forward_model, every_token=True)
+        model = trainer.model
+        model.forward = functools.partial(model.forward, every_token=True)  # type: ignore[method-assign]
     return trainer
 
 

@@ -41,9 +41,10 @@ MODELS = {
 def test_compiled_training_matches_eager(
     minari_root, tmp_path, mode: str, precision: str, model: str
 ) -> None:
-    """Same batches, same start: the compiled model's losses and weights follow the eager one's.
-    On a CPU with dropout on (compiled code draws dropout.py's masks from the same keys); on
-    CUDA off (compiled graphs draw their own random numbers there)."""
+    """Same batches, same start: the whole step compiled as one graph (step.py: forward,
+    backward, clipping, AdamW, schedule) gives the eager step's losses and weights, within the
+    tolerance below. On a CPU with dropout on (compiled code draws dropout.py's masks from the
+    same keys); on CUDA off (compiled graphs draw their own random numbers there)."""
     runs = {}
     for compiled in (False, True):
         trainer = tiny_trainer(
@@ -52,9 +53,15 @@ def test_compiled_training_matches_eager(
             *MODELS[model], f"train.compile={'true' if compiled else 'false'}",
             f'train.compile_mode="{mode}"', f'train.precision="{precision}"',
         )  # fmt: skip
-        assert (trainer.forward_model is trainer.model) != compiled
         batches = [trainer.sampler.sample(16) for _ in range(3)]
-        losses = [torch.stack(list(trainer.train_step(batch).values())) for batch in batches]
+        losses = []
+        for batch in batches:
+            losses.append(torch.stack(list(trainer.train_step(batch).values())))
+            trainer.step += 1
+        assert (trainer.whole_step is not None) == compiled
+        trainer.snapshot()  # brings the optimiser's step counts and schedule up (sync)
+        assert trainer.optimizer.state_dict()["state"][0]["step"].item() == 3.0
+        assert trainer.scheduler.last_epoch == 3
         runs[compiled] = (torch.stack(losses), trainer.model.state_dict())
     (eager_losses, eager_weights), (compiled_losses, compiled_weights) = runs[False], runs[True]
     # Under bf16 autocast fused kernels round differently (8-bit mantissa).

@@ -315,3 +315,26 @@ def test_a_final_evaluation_still_queued_is_waited_for_on_resume(minari_root, tm
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 1, output
     assert "final evaluation failed" in output
+
+
+def test_compiled_runs_give_the_same_bits_and_resume_to_them(minari_root, tmp_path) -> None:
+    """train.compile (the whole step as one graph) under the automatic threads: the same command
+    twice ends with the same weights and losses, and so does a run stopped halfway and resumed
+    (its optimiser's step counts and schedule saved as the compiled steps left them)."""
+    # One Primal block (and the embeddings whose backward scattered atomically): fewer kernels.
+    one_block = ("model.n_layer=1", 'model.attention=["primal"]')
+    compiled = ("train.compile=true", "train.ckpt_every=5", BF16, *one_block)
+
+    def run(run_dir: Path, steps: int) -> None:
+        process = start(train_args(run_dir, steps, *compiled))
+        output, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, output
+
+    run(tmp_path / "a", 30)
+    run(tmp_path / "b", 30)
+    assert_same(tmp_path / "a", tmp_path / "b")
+    run(tmp_path / "c", 15)
+    process = start(["train", "--resume", str(tmp_path / "c"), "--steps", "30", "--no-progress"])
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    assert_same(tmp_path / "a", tmp_path / "c")

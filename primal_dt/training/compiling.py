@@ -57,10 +57,11 @@ def compile_cache() -> Path:
     return base / "primal-dt" / "compile" / f"torch-{version}"
 
 
-def compile_model(model: torch.nn.Module, mode: str, device: torch.device) -> Callable[..., Any]:
-    """torch.compile(model) with static shapes, its kernels cached in compile_cache(). On a CPU
-    the random keys of dropout.py's masks are drawn by torch's own generator in compiled code
-    too (inductor's fallback_random), so compiled and eager runs drop the same elements."""
+def prepare_compile(device: torch.device) -> None:
+    """What every torch.compile of primal-dt's sets first: its kernels cached in compile_cache();
+    on a CPU the random keys of dropout.py's masks drawn by torch's own generator in compiled
+    code too (inductor's fallback_random), so compiled and eager runs drop the same elements;
+    kernels that give the same bits at every run (deterministic_kernels)."""
     cache = compile_cache()
     cache.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)  # inductor reads it at every compile
@@ -69,6 +70,12 @@ def compile_model(model: torch.nn.Module, mode: str, device: torch.device) -> Ca
 
         inductor_config.fallback_random = True
     deterministic_kernels(device)
+
+
+def compile_model(model: torch.nn.Module, mode: str, device: torch.device) -> Callable[..., Any]:
+    """torch.compile(model) with static shapes, prepared as prepare_compile says: the model
+    alone, where training compiles its whole step (step.py); the benchmarks compare the two."""
+    prepare_compile(device)
     return torch.compile(model, mode=mode, dynamic=False)
 
 

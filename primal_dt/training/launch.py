@@ -35,9 +35,9 @@ from primal_dt.store.results import drop_results_after, final_missing
 from primal_dt.store.runconfig import RunConfig, read_run_config, write_run_config
 from primal_dt.store.rundir import RunDir, folder_of, run_dir_name, run_of, step_of
 from primal_dt.store.snapshots import Snapshot, read_snapshot, unsealed_note
-from primal_dt.training.compiling import compile_model
 from primal_dt.training.pack import Pack, check_packable
-from primal_dt.training.trainer import Trainer, warmup_schedule
+from primal_dt.training.step import warmup_schedule
+from primal_dt.training.trainer import Trainer
 
 
 def read_resumable(run: RunDir, rollback: Path | None) -> Snapshot:
@@ -158,11 +158,9 @@ def assemble(config: Config, data: TaskData, run_dir: Path) -> Trainer:
         data.episodes, state_mean, state_std, config.model.context_len, train.return_scale,
         device, seed=train.seed,
     )  # fmt: skip
-    # The compiled wrapper shares the model's parameters; checkpoints save the plain model's.
-    compiled = compile_model(model, train.compile_mode, device) if train.compile else None
     return Trainer(
         config, data, RunDir(run_dir), device, model, optimizer, scheduler, sampler, evaluator,
-        state_mean, state_std, forward_model=compiled,
+        state_mean, state_std,
     )  # fmt: skip
 
 

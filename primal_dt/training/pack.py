@@ -40,10 +40,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.func import functional_call, stack_module_state, vmap
+from torch.func import stack_module_state, vmap
 
 from primal_dt.common.config import MECHANICS, Config
-from primal_dt.common.device import adamw, autocast
 from primal_dt.common.errors import ConfigError
 from primal_dt.common.progress import progress_bar
 from primal_dt.common.signals import StopSignals
@@ -51,18 +50,21 @@ from primal_dt.data.episodes import Batch
 from primal_dt.method.dropout import draw_key_pairs, supplied_keys
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.results import EvalRecord
-from primal_dt.training.trainer import (
-    EvaluationFailed,
-    Metrics,
-    Trainer,
-    TrainingInterrupted,
-    action_loss,
-    warmup_schedule,
+from primal_dt.training.compiling import prepare_compile
+from primal_dt.training.step import (
+    adam_state,
+    advance_schedule,
+    hyper,
+    make_step,
+    set_counts,
+    static,
+    step_settings,
 )
+from primal_dt.training.trainer import EvaluationFailed, Metrics, Trainer, TrainingInterrupted
 
-# The settings runs of one pack may differ in: the seed alone (all others shape the model, the
-# data or the optimiser that the runs share).
-PACK_FREE = ("train.seed",)
+# The settings runs of one pack may differ in: values that the step takes per run (all others
+# shape the model, the data or the schedule that the runs share).
+PACK_FREE = ("train.seed", "train.lr", "train.weight_decay", "train.ksvd_weight")
 
 
 # How a run is executed but for what a pack must share: its length and its device.
@@ -102,24 +104,9 @@ def check_packable(configs: list[Config], names: list[str]) -> None:
                 )
 
 
-def per_run_norms(grads: list[Tensor]) -> Tensor:
-    """(R,): each run's global gradient norm, over its slices of the stacked gradients."""
-    norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
-    return torch.linalg.vector_norm(norms, dim=0)
-
-
-def clip_per_run(grads: list[Tensor], max_norm: float) -> Tensor:
-    """clip_grad_norm_ for each run of a pack on its own: each run's gradients scaled so that
-    their global norm is at most max_norm; returns each run's norm before clipping (R,)."""
-    total = per_run_norms(grads)
-    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    for grad in grads:
-        grad.mul_(coef.view(-1, *[1] * (grad.dim() - 1)).to(grad.dtype))
-    return total
-
-
 class PackedModel:
-    """The stacked state of R runs' models and optimisers, and one training step of them all.
+    """The stacked state of R runs' models and optimisers, and one training step of them all:
+    step.py's whole step, vmapped over the run dimension (and compiled with train.compile).
 
     Built from the runs' trainers as they are (at step 0, or restored from their checkpoints);
     `into_run(r)` writes run r's slice back into its trainer, so that what its trainer logs,
@@ -132,38 +119,50 @@ class PackedModel:
         self.template: DecisionTransformer = first.model
         self.device = first.device
         models = [trainer.model for trainer in trainers]
-        self.params, self.buffers = stack_module_state(models)
-        self.names = list(self.params)
-        train = first.config.train
-        self.optimizer = adamw(
-            self.params.values(), first.device, lr=train.lr, weight_decay=train.weight_decay
-        )
-        self.scheduler = warmup_schedule(self.optimizer, train.warmup_steps)
-        self._load_optimizers()
+        params, buffers = stack_module_state(models)
+        self.params = {name: param.detach() for name, param in params.items()}
+        self.buffers = buffers
+        self.exp_avgs, self.exp_avg_sqs, self.count = self._stack_optimizers()
+        self.values = hyper([trainer.config for trainer in trainers], self.device)
         # Each run's torch random state: what its lone run's default generator would hold now.
         self.rng_states = [state.clone() for state in rng_states]
         self.redraws = any(True for _ in first.model.buffers())
+        # On a CPU each run's dropout keys are drawn from its own generator state (its lone
+        # run's masks); on CUDA, torch's dropout draws each run's masks on the device.
+        self.keyed = self.device.type == "cpu"
         self.calls = 0  # dropout calls a step makes (counted at the first step)
         self.counted = False
+        settings = step_settings(first.config, self.device, first.model)
+        batched = vmap(
+            make_step(self.template, settings),
+            in_dims=(0, 0, 0, 0, None, 0 if self.keyed else None, 0, 0, 0, 0),
+            randomness="error" if self.keyed else "different",
+        )
+        self.step_all = batched
+        if first.config.train.compile:
+            prepare_compile(self.device)
+            if self.device.type == "cuda":
+                static([*self.params.values(), *self.buffers.values(), *self.exp_avgs.values(),
+                        *self.exp_avg_sqs.values(), self.count])  # fmt: skip
+            mode = first.config.train.compile_mode
+            self.step_all = torch.compile(batched, mode=mode, dynamic=False)
 
-    def _load_optimizers(self) -> None:
-        """The runs' AdamW states and schedule (restored from checkpoints), stacked."""
-        first = self.trainers[0]
-        steps = {trainer.scheduler.last_epoch for trainer in self.trainers}
-        if len(steps) != 1:
-            raise ConfigError(f"the runs of a pack must be at one step, got steps {sorted(steps)}")
-        self.scheduler.load_state_dict(first.scheduler.state_dict())
-        self.optimizer.param_groups[0]["lr"] = first.optimizer.param_groups[0]["lr"]
-        lone = [list(trainer.model.parameters()) for trainer in self.trainers]
-        for index, name in enumerate(self.names):
-            states = [trainer.optimizer.state.get(params[index], {}) for trainer, params in
-                      zip(self.trainers, lone, strict=True)]  # fmt: skip
-            if not all(states):
-                continue
-            self.optimizer.state[self.params[name]] = {
-                key: value.clone() if key == "step" else torch.stack([s[key] for s in states])
-                for key, value in states[0].items()
-            }
+    def _stack_optimizers(self) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor]:
+        """The runs' AdamW moments (restored from checkpoints, or zeros) stacked, and their
+        common count of updates."""
+        counts = {trainer.step for trainer in self.trainers}
+        if len(counts) != 1:
+            raise ConfigError(f"the runs of a pack must be at one step, got steps {sorted(counts)}")
+        states = [
+            adam_state(trainer.optimizer, list(trainer.model.parameters()))
+            for trainer in self.trainers
+        ]
+        names = list(self.params)
+        exp_avgs, exp_avg_sqs = {}, {}
+        for index, name in enumerate(names):
+            exp_avgs[name] = torch.stack([run[index]["exp_avg"] for run in states])
+            exp_avg_sqs[name] = torch.stack([run[index]["exp_avg_sq"] for run in states])
+        return exp_avgs, exp_avg_sqs, states[0][0]["step"].clone()
 
     def into_run(self, run: int) -> None:
         """Run `run`'s weights, buffers, AdamW state, schedule and random state into its
@@ -174,16 +173,13 @@ class PackedModel:
                 param.copy_(self.params[name][run])
             for name, buffer in trainer.model.named_buffers():
                 buffer.copy_(self.buffers[name][run])
-        params = list(trainer.model.parameters())
-        for index, name in enumerate(self.names):
-            state = self.optimizer.state.get(self.params[name])
-            if state:
-                trainer.optimizer.state[params[index]] = {
-                    key: value.clone() if key == "step" else value[run].clone()
-                    for key, value in state.items()
-                }
-        trainer.optimizer.param_groups[0]["lr"] = self.optimizer.param_groups[0]["lr"]
-        trainer.scheduler.load_state_dict(self.scheduler.state_dict())
+            params = list(trainer.model.parameters())
+            states = adam_state(trainer.optimizer, params)
+            for name, state in zip(self.params, states, strict=True):
+                state["exp_avg"].copy_(self.exp_avgs[name][run])
+                state["exp_avg_sq"].copy_(self.exp_avg_sqs[name][run])
+        set_counts(states, self.count)
+        advance_schedule(trainer.scheduler, trainer.step)
         torch.set_rng_state(self.rng_states[run])
 
     def _redraw(self, step: int) -> None:
@@ -212,45 +208,26 @@ class PackedModel:
             )  # fmt: skip
         self.calls, self.counted = supply.used, True
 
-    def _losses(
-        self, params: dict[str, Tensor], buffers: dict[str, Tensor], keys: Tensor, batch: Batch
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """One run's loss, action loss and auxiliary loss (the function vmapped over runs)."""
-        train = self.trainers[0].config.train
-        with supplied_keys(keys), autocast(train.precision, self.device):
-            predicted, aux = functional_call(
-                self.template, (params, buffers),
-                (batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask),
-            )  # fmt: skip
-        act_loss = action_loss(predicted, batch.actions, batch.mask)
-        return act_loss + train.ksvd_weight * aux.float(), act_loss, aux.float()
-
     def step(self, step: int) -> list[Metrics]:
         """One optimiser step of every run, on a batch from each run's sampler; each run's
         metrics, as its lone train_step returns them."""
         train = self.trainers[0].config.train
         batches = [trainer.sampler.sample(train.batch_size) for trainer in self.trainers]
         batch = Batch(*(torch.stack(fields) for fields in zip(*batches, strict=True)))
-        if not self.counted:
+        if self.keyed and not self.counted:
             self._count_calls(batch)
         if self.redraws:
             self._redraw(step)
-        keys = self._keys()
-        losses, act_loss, aux = vmap(self._losses, randomness="error")(
-            self.params, self.buffers, keys, batch
-        )
-        self.optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()
-        grads = [param.grad for param in self.params.values() if param.grad is not None]
-        grad_norm = clip_per_run(grads, train.grad_clip)
-        self.optimizer.step()
-        self.scheduler.step()
+        keys = self._keys() if self.keyed else None
+        act_loss, aux, grad_norm = self.step_all(
+            self.params, self.buffers, self.exp_avgs, self.exp_avg_sqs, self.count, keys, batch,
+            *self.values,
+        )  # fmt: skip
         aux_name = self.template.aux_loss_name
         return [
-            {"action_loss": act_loss[run].detach(), aux_name: aux[run].detach(),
-             "grad_norm": grad_norm[run].detach()}
+            {"action_loss": act_loss[run], aux_name: aux[run], "grad_norm": grad_norm[run]}
             for run in range(len(self.trainers))
-        ]  # fmt: skip
+        ]
 
 
 @dataclass

@@ -45,12 +45,12 @@ from primal_dt.store.snapshots import (
 )
 from primal_dt.training.compiling import (
     compile_cache,
-    compile_model,
     damaged_files,
     damaged_note,
     repair,
     still_damaged,
 )
+from primal_dt.training.step import WholeStep, action_loss, advance_schedule
 
 Metrics = dict[str, torch.Tensor]  # named scalars of one step, on the training device
 
@@ -75,22 +75,6 @@ class EvaluationFailed(PrimalDTError):
     exit_code = 1
 
 
-def warmup_schedule(
-    optimizer: torch.optim.Optimizer, warmup: int
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """The learning rate rising linearly from lr / warmup to lr over `warmup` steps, then constant."""
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, 1.0) if warmup else 1.0
-    )
-
-
-def action_loss(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean squared error over the action entries of real (unpadded) steps."""
-    weights = mask.unsqueeze(-1).float()  # counted in float32: a bf16 count rounds (1279 -> 1280)
-    squared = (predicted.float() - target) ** 2 * weights
-    return squared.sum() / (weights.sum() * predicted.shape[-1]).clamp(min=1.0)
-
-
 @dataclass
 class Trainer:
     """One run: the model, its optimiser, data and evaluator, and where it writes."""
@@ -111,8 +95,9 @@ class Trainer:
     # checkpoints so a run stopped between two logs logs the same averages after resuming.
     pending: Metrics = field(default_factory=dict)
     pending_count: int = 0
-    # What the training step calls: the model, or its torch.compile'd wrapper (None: the model).
-    forward_model: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    # train.compile: the whole step compiled (step.py), built at the first step (after a resume
+    # has restored the optimiser whose state it updates).
+    whole_step: WholeStep | None = None
     # Where the run trains in a pack (training/pack.py), what brings its weights, optimiser,
     # scheduler and random state up to date before they are logged, evaluated or saved.
     sync: Callable[[], None] | None = None
@@ -121,10 +106,8 @@ class Trainer:
         self.locks = [RunLock(self.run_dir, "train"), *self.evaluator.locks]
         self.on_cuda = self.device.type == "cuda"
         self.notes: list[str] = []  # to say when training starts
-        if self.forward_model is None:
-            self.forward_model = self.model
         # The first compiled step compiles or loads the kernels (first_compiled_step).
-        self.compile_pending = self.forward_model is not self.model
+        self.compile_pending = self.config.train.compile
         self.say: Callable[[str], None] = partial(print, file=sys.stderr)  # begin() sets it
         self.tick = time.perf_counter()  # when the last log was (begin() sets it)
 
@@ -228,14 +211,16 @@ class Trainer:
     def train_step(self, batch: Batch) -> Metrics:
         """One optimiser step; returns its metrics as device tensors (what `train/*` logs). The
         auxiliary loss (model.py) is logged under the model's aux_loss_name (train/ksvd_loss, for
-        Primal's KSVD loss)."""
+        Primal's KSVD loss). With train.compile, the whole step is one compiled graph (step.py),
+        which computes what the eager step below computes."""
         if self.compile_pending:
             return self.first_compiled_step(batch)
         cfg = self.config.train
         self.model.redraw(self.step)  # random features and hashes: a function of the step
-        assert self.forward_model is not None  # __post_init__ set it
+        if self.whole_step is not None:
+            return self.whole_step(batch)
         with autocast(cfg.precision, self.device):
-            predicted, aux = self.forward_model(
+            predicted, aux = self.model(
                 batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask
             )
         act_loss = action_loss(predicted, batch.actions, batch.mask)
@@ -251,6 +236,14 @@ class Trainer:
             "grad_norm": grad_norm.detach(),
         }
 
+    def _compiled_sync(self) -> None:
+        """The scheduler and the optimiser's step counts where the compiled steps left the run
+        (they update the weights and the optimiser's moments in place, and count the steps on
+        the device)."""
+        advance_schedule(self.scheduler, self.step)
+        if self.whole_step is not None:
+            self.whole_step.sync()
+
     def first_compiled_step(self, batch: Batch) -> Metrics:
         """The first step of a compiled model, where its kernels are compiled or loaded from the
         compile cache; where a cached kernel cannot be loaded, the cache is repaired and the step
@@ -259,6 +252,9 @@ class Trainer:
         rng = torch.get_rng_state()
         rng_cuda = torch.cuda.get_rng_state(self.device) if self.on_cuda else None
         self.compile_pending = False
+        self.whole_step = WholeStep(self.model, self.optimizer, self.config, self.device)
+        if self.sync is None:
+            self.sync = self._compiled_sync
         try:
             return self.train_step(batch)
         except Exception as err:  # only a damaged cache is handled; the rest is raised
@@ -270,7 +266,7 @@ class Trainer:
         torch.set_rng_state(rng)  # the failed attempt stepped neither optimiser nor scheduler
         if rng_cuda is not None:
             torch.cuda.set_rng_state(rng_cuda, self.device)
-        self.forward_model = compile_model(self.model, self.config.train.compile_mode, self.device)
+        self.whole_step = WholeStep(self.model, self.optimizer, self.config, self.device)
         try:
             return self.train_step(batch)
         except Exception as err:
