@@ -89,7 +89,7 @@ def _make_pack(args: argparse.Namespace) -> Pack:
     from primal_dt.common.errors import ConfigError
     from primal_dt.store.rundir import run_dir_name
     from primal_dt.tools.grid import parse_list
-    from primal_dt.training.launch import default_run_dir, resume_pack, start_pack
+    from primal_dt.training.launch import default_run_dir, resume_pack, start_pack, with_seeds
 
     if args.rollback:
         raise ConfigError("--from rolls one run back: give it with one --resume RUN_DIR")
@@ -111,7 +111,7 @@ def _make_pack(args: argparse.Namespace) -> Pack:
         run_dirs = [Path(args.runs_dir) / run_dir_name(task.name, name, seed) for seed in seeds]
     else:
         run_dirs = [default_run_dir(task.name, name, seed) for seed in seeds]
-    return start_pack(config, task, seeds, run_dirs, name)
+    return start_pack(with_seeds(config, seeds), task, run_dirs, name)
 
 
 def _make_trainer(args: argparse.Namespace) -> Trainer:

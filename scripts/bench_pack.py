@@ -132,6 +132,15 @@ def parallel_baseline(point: dict[str, Any]) -> float:
     return sum(rates)
 
 
+def packs_by_size(text: str) -> dict[str, list[int]]:
+    """'1,8' -> {'': [1, 8]}; 'dt:1,8;primal:1' -> {'dt': [1, 8], 'primal': [1]}."""
+    found = {}
+    for part in text.split(";"):
+        size, _, counts = part.rpartition(":")
+        found[size] = [int(count) for count in counts.split(",")]
+    return found
+
+
 def row(size: str, pack: int, mode: str, found: dict[str, Any], lone: float | None) -> str:
     if "error" in found:
         return f"| {size} | {pack} | {mode} | {found['error']} | | | |"
@@ -149,7 +158,10 @@ def main() -> None:
     parser.add_argument("--point", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sizes", default="dt,primal", help="dt, primal or both (dt,primal)")
-    parser.add_argument("--packs", default="1,8,32,128", help="runs per pack (1,8,32,128)")
+    parser.add_argument(
+        "--packs", default="1,8,32,128",
+        help="runs per pack (1,8,32,128), or per size: 'dt:1,8,32;primal:1,8' (what fits memory)",
+    )  # fmt: skip
     parser.add_argument("--modes", default="eager,compiled,model-compiled")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per point (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (2)")
@@ -164,7 +176,7 @@ def main() -> None:
     if args.point:
         print(json.dumps(measure(json.loads(args.point))))
         return
-    packs = [int(p) for p in args.packs.split(",")]
+    packs = packs_by_size(args.packs)
     modes = args.modes.split(",")
     sizes = ["tiny"] if args.tiny else args.sizes.split(",")
     header = ("| size | runs per pack | step | run-steps/s | steps/s per run | against one run "
@@ -179,7 +191,7 @@ def main() -> None:
         base = {"device": args.device, "size": size, "tiny": args.tiny, "steps": args.steps,
                 "warmup": args.warmup, "cap": args.cap}  # fmt: skip
         lone = None
-        for pack in packs:
+        for pack in packs.get(size, packs.get("", [])):
             for mode in modes:
                 if mode == "model-compiled" and pack != 1:
                     continue

@@ -2,14 +2,14 @@
 # On a machine with an NVIDIA GPU: the CUDA path checked and timed, in the order of what matters
 # most, so that a step cut short leaves the evidence of the steps before it. Two device calls of at
 # most 10 minutes each (docs/development.md, "The device call"), the steps in two parts:
-#   part 1, `--only pack,fast,layers` (about 7 min):
+#   part 1, `--only pack,fast,layers` (450 s of limits):
 #     pack:   the pack benchmark at the DT paper's size: one run and packs of 32 and 128, whole
 #             step compiled (reduce-overhead), 500 steps; one run and a pack of 32 eager; the
 #             model-only compiled step of before; its table goes into docs/benchmarks.md
 #     fast:   the fast-path tests (the compiled whole step against eager, no host sync) and the
 #             pack tests on CUDA
 #     layers: the layer and model tests (every attention kind, eager) on CUDA
-#   part 2, `--only train,rest,eval` (about 7 min): the training benchmark (eager and compiled,
+#   part 2, `--only train,rest,eval` (370 s): the training benchmark (eager and compiled,
 #     both papers' sizes), the rest of the test suite and the evaluation benchmark
 # The attention and context-length benchmarks (`--only attention,context`) measured the same in
 # three runs, and are left out of the two parts.
@@ -113,14 +113,14 @@ else
 fi
 # Limits (dry run: CPU seconds, GPU: wall seconds): the dry run's measured on an idle 2-core CPU,
 # each step to stay under 70% of it; the GPU's from docs/development.md's budget.
-step pack "pack benchmark" 120 300 python3 scripts/bench_pack.py --device $device "${pack[@]}" $write
+step pack "pack benchmark" 120 260 python3 scripts/bench_pack.py --device $device "${pack[@]}" $write
 step fast "fast-path and pack tests on $device" 40 150 \
     env PRIMAL_DT_TEST_DEVICE=$device python3 -m pytest -v -rfE "${fast[@]}"
 step layers "layer and model tests on $device" 40 40 \
     env PRIMAL_DT_TEST_DEVICE=$device python3 -m pytest -q -x "${layers[@]}"
-step train "training benchmark" 250 170 python3 scripts/bench_train.py --device $device \
+step train "training benchmark" 250 150 python3 scripts/bench_train.py --device $device \
     --compile reduce-overhead --steps $train_steps --rounds $rounds "${tiny[@]}" $write
-step rest "the rest of the tests on $device" 60 200 \
+step rest "the rest of the tests on $device" 60 150 \
     env PRIMAL_DT_TEST_DEVICE=$device python3 -m pytest -v -rfE "${rest[@]}" "${left_out[@]}"
 step eval "evaluation benchmark" 40 70 python3 scripts/bench_eval.py --device $device "${evaluation[@]}" $write
 step attention "attention benchmark" 80 85 python3 scripts/bench_attention.py --device $device "${attention[@]}" $write

@@ -4,17 +4,14 @@ and resumed, and `sweep --pack` planning and training packs."""
 
 from __future__ import annotations
 
-import random
 import signal
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import DEVICE, TINY
-from test_reproducibility import assert_same, default_threads_env, wait_for_checkpoint
+from test_reproducibility import assert_same, start, stop_and_resume
 from torch import Tensor
 from torch.func import vmap
 
@@ -27,7 +24,7 @@ from primal_dt.store.results import read_results
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot
 from primal_dt.tools.grid import SweepOptions, group_packs, pack_command, pack_size, plan
-from primal_dt.training.launch import resume_pack, start_pack, start_run
+from primal_dt.training.launch import resume_pack, start_pack, start_run, with_seeds
 from primal_dt.training.step import StepSettings, update, warmup_schedule
 
 FP32 = [*TINY, 'train.precision="fp32"', f'train.device="{DEVICE}"', 'eval.service="inline"']
@@ -50,7 +47,7 @@ def test_a_run_in_a_pack_is_the_run_trained_alone(minari_root, tmp_path, kind) -
         settings.append("model.dropout=0.0")
     task = resolve_task("hopper-medium")
     config = load_config(None, settings)
-    pack = start_pack(config, task, [0, 1], [tmp_path / "p0", tmp_path / "p1"], "tiny")
+    pack = start_pack(with_seeds(config, [0, 1]), task, [tmp_path / "p0", tmp_path / "p1"], "tiny")
     pack.train(progress=False)
     for seed in (0, 1):
         alone = load_config(None, [*settings, f"train.seed={seed}"])
@@ -127,15 +124,6 @@ def run_dirs(runs_dir: Path) -> list[Path]:
     return [runs_dir / "hopper-medium" / f"primal-dt-s{seed}" for seed in (0, 1)]
 
 
-def start(args: list[str]):
-    import subprocess
-
-    return subprocess.Popen(
-        [sys.executable, "-m", "primal_dt.cli", *args], env=default_threads_env(),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def straight_pack(minari_root, tmp_path_factory) -> Path:
     runs_dir = tmp_path_factory.mktemp("straight-pack")
@@ -150,26 +138,13 @@ def test_a_pack_stopped_and_resumed_many_times_ends_bit_identical(straight_pack,
     `train --resume` of the pack's run directories: every run ends with the bits, the logged
     scalars and the evaluations of the pack that was never stopped."""
     runs = run_dirs(tmp_path)
-    rng = random.Random(3)
     kills = [signal.SIGINT, signal.SIGKILL, signal.SIGTERM]
-    process = start(pack_args(tmp_path))
-    stopped = []
-    for i, signum in enumerate(kills):
-        if not wait_for_checkpoint(process, runs[1], (i + 1) * STEPS // (len(kills) + 1)):
-            break
-        time.sleep(rng.uniform(0.0, 0.1))
-        process.send_signal(signum)
-        output, _ = process.communicate(timeout=120)
-        if process.returncode == 0:
-            break
-        assert process.returncode in (128 + signum, -signum), output
-        if signum != signal.SIGKILL:
+    resume = ["train", "--resume", *map(str, runs), "--no-progress"]
+    stopped = stop_and_resume(pack_args(tmp_path), runs[1], resume, kills, STEPS, seed=3)
+    assert len(stopped) >= 2, f"the pack ended after only {[s for s, _ in stopped]}: too few stops"
+    for name, output in stopped:
+        if name != "SIGKILL":
             assert f"--resume {runs[0]} {runs[1]}" in output  # the command that continues it
-        stopped.append(signum.name)
-        process = start(["train", "--resume", *map(str, runs), "--no-progress"])
-    output, _ = process.communicate(timeout=300)
-    assert process.returncode == 0, output
-    assert len(stopped) >= 2, f"the pack ended after only {stopped}: too few stops to test"
     for straight, resumed in zip(run_dirs(straight_pack), runs, strict=True):
         assert_same(straight, resumed)
 
@@ -197,10 +172,10 @@ def test_a_packed_run_is_a_whole_run(straight_pack, tmp_path, capsys) -> None:
 def test_runs_that_cannot_be_packed_are_refused_in_one_line(minari_root, tmp_path) -> None:
     task = resolve_task("hopper-medium")
     config = load_config(None, [*FP32, "train.steps=10"])
-    start_pack(config, task, [0], [tmp_path / "a"], "tiny").train(progress=False)
-    other = load_config(None, [*FP32, "train.steps=10", "train.lr=1e-3"])
+    start_pack([config], task, [tmp_path / "a"], "tiny").train(progress=False)
+    other = load_config(None, [*FP32, "train.steps=10", "train.batch_size=8"])
     start_run(other, task, tmp_path / "b", "tiny").train(progress=False)
-    with pytest.raises(ConfigError, match=r"cannot be packed with .*train\.lr is 0\.001"):
+    with pytest.raises(ConfigError, match=r"cannot be packed with .*train\.batch_size is 8"):
         resume_pack([tmp_path / "a", tmp_path / "b"], steps=20)
     start_run(load_config(None, [*FP32, "train.steps=5"]), task, tmp_path / "c", "tiny").train(
         progress=False
@@ -208,7 +183,7 @@ def test_runs_that_cannot_be_packed_are_refused_in_one_line(minari_root, tmp_pat
     with pytest.raises(ConfigError, match="at step 5 .* at step 10"):
         resume_pack([tmp_path / "a", tmp_path / "c"], steps=20)
     with pytest.raises(ConfigError, match="seeds must differ"):
-        start_pack(config, task, [1, 1], [tmp_path / "d", tmp_path / "e"], "tiny")
+        start_pack(with_seeds(config, [1, 1]), task, [tmp_path / "d", tmp_path / "e"], "tiny")
     assert not (tmp_path / "d").exists()
 
 
@@ -251,3 +226,46 @@ def test_sweep_trains_packs(minari_root, tmp_path, capsys) -> None:
         assert read_snapshot(runs / "hopper-medium" / f"dt-s{seed}").step == 10
     log = (runs / "hopper-medium" / "dt-s1" / "train.log").read_text()
     assert "trained in a pack" in log
+
+
+def test_runs_of_a_pack_may_differ_in_their_values(minari_root, tmp_path) -> None:
+    """Learning rate, weight decay and auxiliary weight are values the step takes per run: a pack
+    of runs that differ in them gives each its lone run (float32, 20 steps)."""
+    task = resolve_task("hopper-medium")
+    base = [*FP32, "train.steps=20"]
+    if DEVICE != "cpu":
+        base.append("model.dropout=0.0")
+    values = [("train.lr=1e-4", "train.ksvd_weight=0.05"),
+              ("train.lr=3e-4", "train.weight_decay=0.01", "train.ksvd_weight=0.2")]  # fmt: skip
+    configs = [
+        load_config(None, [*base, *v, f"train.seed={seed}"]) for seed, v in enumerate(values)
+    ]
+    pack = start_pack(configs, task, [tmp_path / "p0", tmp_path / "p1"], "tiny")
+    pack.train(progress=False)
+    for seed, config in enumerate(configs):
+        start_run(config, task, tmp_path / f"alone{seed}", "tiny").train(progress=False)
+        packed = read_snapshot(tmp_path / f"p{seed}")
+        lone = read_snapshot(tmp_path / f"alone{seed}").weights
+        assert packed.config.train.lr == config.train.lr
+        for name, tensor in lone.items():
+            if tensor.is_floating_point():
+                assert relative_difference(packed.weights[name], tensor) < 1e-5, (seed, name)
+
+
+def test_a_compiled_pack_steps_as_the_eager_pack(minari_root, tmp_path) -> None:
+    """train.compile in a pack: the vmapped whole step compiled as one graph gives the eager
+    pack's weights (float32, 3 steps, one Primal block so that the compile is short)."""
+    task = resolve_task("hopper-medium")
+    settings = [*FP32, "train.steps=3", "model.n_layer=1", 'model.attention=["primal"]']
+    if DEVICE != "cpu":
+        settings.append("model.dropout=0.0")
+    weights = {}
+    for compiled in (False, True):
+        config = load_config(None, [*settings, f"train.compile={'true' if compiled else 'false'}"])
+        dirs = [tmp_path / f"{compiled}{seed}" for seed in (0, 1)]
+        start_pack(with_seeds(config, [0, 1]), task, dirs, "tiny").train(progress=False)
+        weights[compiled] = [read_snapshot(d).weights for d in dirs]
+    for eager, compiled in zip(weights[False], weights[True], strict=True):
+        for name, tensor in eager.items():
+            if tensor.is_floating_point():
+                assert relative_difference(compiled[name], tensor) < 1e-5, name

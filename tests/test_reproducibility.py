@@ -119,17 +119,18 @@ def wait_for_checkpoint(process: subprocess.Popen, run_dir: Path, step: int) -> 
     raise AssertionError(f"no checkpoint of step {step} within 2 minutes")
 
 
-def test_a_run_stopped_and_resumed_many_times_ends_bit_identical(straight, tmp_path) -> None:
-    """SIGINT, SIGTERM and SIGKILL in turn, spread over the run, each a random moment after a
-    checkpoint (so mid-step, mid-checkpoint or mid-evaluation), every stop followed by --resume,
-    until the run ends."""
-    run_dir = tmp_path / "stopped"
-    rng = random.Random(18)
-    kills = [signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL, signal.SIGINT]
-    process = start(train_args(run_dir, STEPS, *EVALUATING, BF16))
+def stop_and_resume(
+    command: list[str], watched: Path, resume: list[str], kills: list[signal.Signals], steps: int,
+    seed: int,
+) -> list[tuple[str, str]]:  # fmt: skip
+    """Start `command`; at a random moment after each of a series of checkpoints of `watched`
+    (spread over its `steps`) send the next of `kills`, and start `resume` after each stop, until
+    the training ends (successfully: asserted). Returns each stop's signal name and output."""
+    rng = random.Random(seed)
+    process = start(command)
     stopped = []
     for i, signum in enumerate(kills):
-        if not wait_for_checkpoint(process, run_dir, (i + 1) * STEPS // (len(kills) + 1)):
+        if not wait_for_checkpoint(process, watched, (i + 1) * steps // (len(kills) + 1)):
             break  # the run finished before this kill
         time.sleep(rng.uniform(0.0, 0.1))
         process.send_signal(signum)
@@ -137,11 +138,24 @@ def test_a_run_stopped_and_resumed_many_times_ends_bit_identical(straight, tmp_p
         if process.returncode == 0:
             break
         assert process.returncode in (128 + signum, -signum), output
-        stopped.append((signum.name, read_snapshot(run_dir).step))
-        process = start(["train", "--resume", str(run_dir), "--no-progress"])
+        stopped.append((signum.name, output))
+        process = start(resume)
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output
-    assert len(stopped) >= 4, f"the run ended after only {stopped}: too few stops to test"
+    return stopped
+
+
+def test_a_run_stopped_and_resumed_many_times_ends_bit_identical(straight, tmp_path) -> None:
+    """SIGINT, SIGTERM and SIGKILL in turn, spread over the run, each a random moment after a
+    checkpoint (so mid-step, mid-checkpoint or mid-evaluation), every stop followed by --resume,
+    until the run ends."""
+    run_dir = tmp_path / "stopped"
+    kills = [signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL, signal.SIGINT]
+    stopped = stop_and_resume(
+        train_args(run_dir, STEPS, *EVALUATING, BF16), run_dir,
+        ["train", "--resume", str(run_dir), "--no-progress"], kills, STEPS, seed=18,
+    )  # fmt: skip
+    assert len(stopped) >= 4, f"the run ended after only {[s for s, _ in stopped]}: too few stops"
     assert_same(straight, run_dir)
     # primal-dt report reads the same curves: every point once, as for the uninterrupted run.
     a, b = read_run(straight, spectra=False), read_run(run_dir, spectra=False)

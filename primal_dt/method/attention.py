@@ -184,6 +184,24 @@ class UnitNormalize(torch.autograd.Function):
         return grad * inv_norm - unit * (along * inv_norm)
 
 
+def unit_normalize(v: Tensor) -> Tensor:
+    """phi of P3: UnitNormalize's hand-written backward in eager mode; inside torch.compile,
+    autograd's composition, which inductor fuses as well (and which torch.compile can vmap over
+    a pack's runs, where it cannot vmap a custom Function)."""
+    if torch.compiler.is_compiling():
+        return v * _inverse_norm(v)
+    return UnitNormalize.apply(v)
+
+
+def masked_energy(x: Tensor, weights: Tensor, valid: Tensor) -> Tensor:
+    """MaskedEnergy in eager mode; inside torch.compile its composition (unit_normalize says
+    why)."""
+    if torch.compiler.is_compiling():
+        with torch.autocast(x.device.type, enabled=False):
+            return (torch.matmul(x * x, weights) * valid).sum(dim=1)
+    return MaskedEnergy.apply(x, weights, valid)
+
+
 def _inverse_norm(v: Tensor) -> Tensor:
     """1 / max(||v||, 1e-12) over the last dimension, kept as a dimension of size 1."""
     return torch.linalg.vector_norm(v, dim=-1, keepdim=True).clamp_min(1e-12).reciprocal()
@@ -330,7 +348,7 @@ class PrimalAttention(AttentionLayer):
         ).view(2 * dim)
         # P1: q_bar and k_bar of every head from one product, laid out per head as (q_h, k_h).
         qk_mean = F.linear(mean, weight, bias).view(batch * length, 2 * heads, head_dim)
-        unit = UnitNormalize.apply(qk_mean)  # P3: phi
+        unit = unit_normalize(qk_mean)  # P3: phi
         # P4: e = phi(q_bar) We[h] and r = phi(k_bar) Wr[h], all heads in one batched product.
         projections = torch.stack((self.we, self.wr), dim=1).view(2 * heads, head_dim, -1)
         scores = torch.bmm(unit.transpose(0, 1), projections.to(unit.dtype)).transpose(0, 1)
@@ -393,7 +411,7 @@ def ksvd_objective(scores: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Te
     count = valid.sum(dim=1).clamp(min=1.0) * heads
     lam_squared = lam.to(dtype).square()[:, None, :].expand(heads, 2, rank).reshape(-1)
     flat = scores.to(dtype).reshape(batch, length, -1)
-    energy = MaskedEnergy.apply(flat, lam_squared, valid)
+    energy = masked_energy(flat, lam_squared, valid)
     trace = (we.to(dtype) * wr.to(dtype)).sum(dim=(1, 2)).mean()  # Tr(A^T B) = sum(A * B)
     return 0.5 * energy / count - trace
 

@@ -206,11 +206,19 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         if pair is None:  # counting
             return x
         mask = keyed_mask(x.numel(), p, x.dtype, *pair).view(x.shape)
-        return _Masked.apply(x, mask, 1.0 / (1.0 - p))
+        return masked(x, mask, 1.0 / (1.0 - p))
     if x.device.type != "cpu" or p >= 1.0:
         return F.dropout(x, p, training=True)
     mask = keep_mask(x.numel(), p, x.dtype).view(x.shape)
-    return _Masked.apply(x, mask, 1.0 / (1.0 - p))
+    return masked(x, mask, 1.0 / (1.0 - p))
+
+
+def masked(x: Tensor, mask: Tensor, scale: float) -> Tensor:
+    """_Masked in eager mode; inside torch.compile its composition, which torch.compile can vmap
+    over a pack's runs (it cannot vmap a custom Function) and fuses as well."""
+    if torch.compiler.is_compiling():
+        return torch.mul(x, mask) * scale
+    return _Masked.apply(x, mask, scale)
 
 
 class Dropout(nn.Module):

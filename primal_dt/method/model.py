@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from primal_dt.common.config import ModelConfig
+from primal_dt.method.batched import LayerNorm
 from primal_dt.method.dropout import Dropout
 from primal_dt.method.layer import AttentionLayer
 from primal_dt.method.registry import build_attention, check_kinds
@@ -43,9 +44,9 @@ class Block(nn.Module):
         super().__init__()
         dim = config.embed_dim
         self.kind = kind
-        self.ln_1 = nn.LayerNorm(dim)
+        self.ln_1 = LayerNorm(dim)
         self.attn: AttentionLayer = build_attention(kind, config)
-        self.ln_2 = nn.LayerNorm(dim)
+        self.ln_2 = LayerNorm(dim)
         self.mlp = nn.Sequential(
             nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), Dropout(config.dropout)
         )
@@ -88,7 +89,7 @@ class DecisionTransformer(nn.Module):
         self.embed_return = nn.Linear(1, dim)
         self.embed_state = nn.Linear(state_dim, dim)
         self.embed_action = nn.Linear(act_dim, dim)
-        self.embed_ln = nn.LayerNorm(dim)
+        self.embed_ln = LayerNorm(dim)
         self.drop = Dropout(config.dropout)
         check_kinds(config)  # every kind and setting, before any block is built
         blocks = [Block(config, kind) for kind in config.block_kinds()]
@@ -103,7 +104,7 @@ class DecisionTransformer(nn.Module):
         self.aux_loss_name = (
             names.pop() if len(names) == 1 else "aux_loss" if names else "ksvd_loss"
         )
-        self.ln_f = nn.LayerNorm(dim)
+        self.ln_f = LayerNorm(dim)
         self.predict_action = nn.Sequential(nn.Linear(dim, act_dim), nn.Tanh())
         self.apply(_init_weights)
 

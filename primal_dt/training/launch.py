@@ -292,22 +292,31 @@ def resume_run(
     return trainer
 
 
-def start_pack(
-    config: Config, task: Task, seeds: list[int], run_dirs: list[Path], config_name: str
-) -> Pack:
-    """New runs of one config, one per seed, each in its run directory, trained as one pack
-    (pack.py). Every directory is checked before anything is written; the data loads once."""
-    if len(seeds) != len(set(seeds)):
-        raise ConfigError(f"a pack's seeds must differ, got {seeds}")
-    for run_dir in run_dirs:
-        check_free(run_dir)
-    check_kinds(config.model)
-    data = load_task_data(task, config.data.download)
-    trainers, rng_states = [], []
-    for seed, run_dir in zip(seeds, run_dirs, strict=True):
+def with_seeds(config: Config, seeds: list[int]) -> list[Config]:
+    """One copy of config per seed, train.seed set to it."""
+    configs = []
+    for seed in seeds:
         run_config = copy.deepcopy(config)
         run_config.train.seed = seed
-        trainers.append(start_run(run_config, task, run_dir, config_name, data))
+        configs.append(run_config)
+    return configs
+
+
+def start_pack(configs: list[Config], task: Task, run_dirs: list[Path], config_name: str) -> Pack:
+    """New runs, one per config (of one task, packable: pack.check_packable), each in its run
+    directory, trained as one pack (pack.py). Every directory and setting is checked before
+    anything is written; the data loads once."""
+    seeds = [config.train.seed for config in configs]
+    if len(seeds) != len(set(seeds)):
+        raise ConfigError(f"a pack's seeds must differ, got {seeds}")
+    check_packable(configs, [str(run_dir) for run_dir in run_dirs])
+    for run_dir in run_dirs:
+        check_free(run_dir)
+    check_kinds(configs[0].model)
+    data = load_task_data(task, configs[0].data.download)
+    trainers, rng_states = [], []
+    for config, run_dir in zip(configs, run_dirs, strict=True):
+        trainers.append(start_run(config, task, run_dir, config_name, data))
         rng_states.append(torch.get_rng_state())  # as the lone run's, right after assemble
     return Pack(trainers, rng_states)
 

@@ -1,9 +1,10 @@
 """Many runs trained as one batched model: a pack.
 
-Runs of one task and one configuration that differ only in their seed train in one process: the
+Runs of one task and one configuration that differ only in their seed (and in the values the step
+takes per run: train.lr, train.weight_decay, train.ksvd_weight) train in one process: the
 parameters, buffers and AdamW state of the R runs are stacked on a leading run dimension
-(torch.func.stack_module_state), and one step runs the model once for all of them, vmapped over
-that dimension (torch.func.vmap of functional_call), so that R small models fill a device as one
+(torch.func.stack_module_state), and one step (step.py's whole step, vmapped over that dimension,
+and compiled with train.compile) trains them all, so that R small models fill a device as one
 large one. Each run stays a whole run (a Trainer of its own, trainer.py): its run directory,
 config.json, TensorBoard events, evaluator and eval.jsonl, checkpoints that `eval`, `report` and
 `--resume` read as any run's, and its run lock.
@@ -12,20 +13,19 @@ What keeps a run in a pack the run it would be alone:
 
 - its weights start as its lone run's (each run's model is built by launch.py from its seed);
 - its windows come from its own sampler (its own generator, seeded from its seed);
-- its dropout masks are its lone run's: the keys of every dropout call (dropout.py, D1) are drawn
-  from the run's own torch generator state, in its lone run's order, and handed to the calls
-  (supplied_keys) on every device; Performer's and Reformer's random state is redrawn by each
-  run's own layers (layer.py, a function of their seed and the step);
-- its loss is its own: the step minimises the sum of the runs' losses, whose gradient with
-  respect to a run's parameters is that run's gradient; gradients are clipped to
-  train.grad_clip per run (each run's global norm), and AdamW and its schedule act element-wise,
-  so on the stacked tensors they are each run's own.
+- on a CPU its dropout masks are its lone run's: the keys of every dropout call (dropout.py, D1)
+  are drawn from the run's own torch generator state, in its lone run's order, and handed to the
+  calls (supplied_keys); Performer's and Reformer's random state is redrawn by each run's own
+  layers (layer.py, a function of their seed and the step);
+- its gradient is its own (torch.func.grad of its own loss, under vmap), clipped by its own
+  global norm, and AdamW with its schedule acts on its slice alone, with its own values.
 
 So a run trained in a pack gives its lone run's weights to within the rounding of batched matrix
 products (tests/test_pack.py: float32 on a CPU, 1e-5 relative after 40 steps). A pack stopped
 and resumed (each run's checkpoint holds its own optimiser state and random state) goes on with
-the same bits as one that was not. On CUDA a lone run's dropout draws torch's own masks, a pack's
-the hash masks of dropout.py: there a run in a pack and its lone run differ by their masks.
+the same bits as one that was not. On CUDA the pack's dropout masks are drawn on the device by
+torch's CUDA generator, one for the pack (vmap's randomness "different": no per-run key drawing
+on the host), so there a run's masks depend on its pack and differ from its lone run's.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ PACK_SHARED = ("train.steps", "train.device")
 
 
 def pack_key(config: Config) -> dict[str, Any]:
-    """What runs must share to be packed together: every setting but the seed and those that
+    """What runs must share to be packed together: every setting but PACK_FREE and those that
     change how a run is executed, not what it computes (MECHANICS), save PACK_SHARED."""
     flat = {
         f"{section}.{key}": value
@@ -99,8 +99,8 @@ def check_packable(configs: list[Config], names: list[str]) -> None:
             if other.get(key) != first[key]:
                 raise ConfigError(
                     f"{name} cannot be packed with {names[0]}: {key} is {other.get(key)!r} there "
-                    f"and {first[key]!r} in {names[0]} (a pack's runs differ only in their "
-                    f"seed); train them in separate packs"
+                    f"and {first[key]!r} in {names[0]} (a pack's runs may differ only in "
+                    f"{', '.join(PACK_FREE)}); train them in separate packs"
                 )
 
 
@@ -132,7 +132,7 @@ class PackedModel:
         self.keyed = self.device.type == "cpu"
         self.calls = 0  # dropout calls a step makes (counted at the first step)
         self.counted = False
-        settings = step_settings(first.config, self.device, first.model)
+        settings = step_settings(first.config, self.device, first.model, pack=True)
         batched = vmap(
             make_step(self.template, settings),
             in_dims=(0, 0, 0, 0, None, 0 if self.keyed else None, 0, 0, 0, 0),

@@ -35,6 +35,7 @@ from torch.func import functional_call, grad
 from primal_dt.common.config import Config
 from primal_dt.common.device import autocast
 from primal_dt.data.episodes import Batch
+from primal_dt.method.batched import packed
 from primal_dt.method.dropout import supplied_keys
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.training.compiling import prepare_compile
@@ -52,6 +53,7 @@ class StepSettings:
     grad_clip: float
     warmup_steps: int
     aux_name: str
+    packed: bool = False  # vmapped over a pack's runs: the layers' pack forms (batched.py)
 
 
 def action_loss(predicted: Tensor, target: Tensor, mask: Tensor) -> Tensor:
@@ -115,7 +117,8 @@ def losses(
 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """S1's loss of one run, with its action and auxiliary losses (detached) beside it."""
     supply = supplied_keys(keys) if keys is not None else _no_supply()
-    with supply, autocast(settings.precision, settings.device):
+    form = packed() if settings.packed else _no_supply()
+    with supply, form, autocast(settings.precision, settings.device):
         predicted, aux = functional_call(
             model, (params, buffers),
             (batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask),
@@ -203,10 +206,12 @@ def make_step(model: DecisionTransformer, settings: StepSettings) -> Callable[..
     return step
 
 
-def step_settings(config: Config, device: torch.device, model: DecisionTransformer) -> StepSettings:
+def step_settings(
+    config: Config, device: torch.device, model: DecisionTransformer, pack: bool = False
+) -> StepSettings:
     train = config.train
     return StepSettings(
-        train.precision, device, train.grad_clip, train.warmup_steps, model.aux_loss_name
+        train.precision, device, train.grad_clip, train.warmup_steps, model.aux_loss_name, pack
     )
 
 
