@@ -147,7 +147,7 @@ def row(size: str, pack: int, mode: str, found: dict[str, Any], lone: float | No
     rate = found["run_steps_per_sec"]
     ratio = f"{rate / lone:.2f}" if lone else "1.00"
     return (
-        f"| {size} | {pack} | {mode} | {rate:.0f} | {rate / pack:.1f} | {ratio} | "
+        f"| {size} | {pack} | {mode} | {rate:.3g} | {rate / pack:.3g} | {ratio} | "
         f"{mebibytes(found['bytes'])} |"
     )
 
@@ -205,8 +205,8 @@ def main() -> None:
         if args.parallel_baseline and args.device == "cpu":
             rate = parallel_baseline({**base, "tiny": args.tiny})
             ratio = f"{rate / lone:.2f}" if lone else ""
-            rows.append(f"| {size} | 2 processes | sweep --parallel 2 | {rate:.0f} | "
-                        f"{rate / 2:.1f} | {ratio} | |")  # fmt: skip
+            rows.append(f"| {size} | 2 processes | sweep --parallel 2 | {rate:.3g} | "
+                        f"{rate / 2:.3g} | {ratio} | |")  # fmt: skip
             packed = run_isolated(__file__, {**base, "pack": 2, "mode": "eager"})
             rows.append(row(size, 2, "eager, one process", packed, lone))
             print(*rows[-2:], sep="\n", flush=True)

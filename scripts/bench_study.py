@@ -11,13 +11,13 @@ measured trainer first (primal-dt's Trainer.train_step on bench_train.py's synth
 HalfCheetah-sized data, the matched config with `train.threads`, `train.precision` and
 `train.compile` set), then time steps when told. Rounds alternate between the codes and the
 cells, so that a machine whose speed drifts slows both alike; only one worker computes at a time,
-except in the packed rows.
+except in the parallel rows.
 
 Two figures per cell:
 
 - steps/s of one run with 1 or 2 threads (the step alone, in the trainer's own loop);
-- the study's throughput on the machine's cores: training steps per hour of runs packed as
-  `sweep --parallel` packs them (one run per core, one thread each, all training at once), or
+- the study's throughput on the machine's cores: training steps per hour of runs side by side as
+  `sweep --parallel` runs them (one run per core, one thread each, all training at once), or
   one run on every core, whichever the row names.
 
 The workers use the OpenMP waits of the `primal-dt` command (primal_dt/common/cpu.py).
@@ -126,7 +126,7 @@ def baseline_checkout(revision: str, folder: Path) -> Path:
 
 
 def measure(args: argparse.Namespace, checkouts: dict[str, Path]) -> dict[str, dict[str, float]]:
-    """{code: {cell or packed-cell name: steps/s}}, in alternating rounds."""
+    """{code: {cell or parallel-cell name: steps/s}}, in alternating rounds."""
     cores = len(os.sched_getaffinity(0))
     cells = [
         Cell(kind=kind, precision=precision, threads=threads, compile=compiled)
@@ -135,14 +135,14 @@ def measure(args: argparse.Namespace, checkouts: dict[str, Path]) -> dict[str, d
         for compiled in args.compile
         for threads in args.threads
     ]
-    # One worker per core for each code: the first times the single runs, all of them the packed.
+    # One worker per core for each code: the first times the single runs, all of them the parallel ones.
     workers = {code: [start_worker(path) for _ in range(cores)] for code, path in checkouts.items()}
     built: dict[str, float] = {}
     for code, pool in workers.items():
         for cell in cells:
             for index, worker in enumerate(pool):
                 if index and cell["threads"] != 1:
-                    continue  # the packed rows pack one-thread runs
+                    continue  # the parallel rows run one-thread runs side by side
                 ask(worker, {"do": "build", "name": cell.name, "cell": cell, "warmup": args.warmup})
             for index, worker in enumerate(pool):
                 if index == 0 or cell["threads"] == 1:
@@ -157,15 +157,15 @@ def measure(args: argparse.Namespace, checkouts: dict[str, Path]) -> dict[str, d
                 seconds[code][cell.name] = seconds[code].get(cell.name, 0.0) + took
                 if cell["threads"] != 1 or cores == 1:
                     continue
-                start = time.perf_counter()  # packed: every worker trains at once
+                start = time.perf_counter()  # parallel: every worker trains at once
                 for worker in pool:
                     ask(worker, {"do": "time", "name": cell.name, "steps": args.steps,
                                  "threads": 1})  # fmt: skip
                 for worker in pool:
                     answer(worker)
-                packed = f"{cell.name} packed x{cores}"
+                parallel = f"{cell.name} parallel x{cores}"
                 took = (time.perf_counter() - start) / cores  # seconds per step of the study
-                seconds[code][packed] = seconds[code].get(packed, 0.0) + took
+                seconds[code][parallel] = seconds[code].get(parallel, 0.0) + took
         print(f"round {round_ + 1} of {args.rounds}", file=sys.stderr, flush=True)
     for pool in workers.values():
         for worker in pool:
@@ -217,7 +217,7 @@ def publish_table(found: dict[str, dict[str, float]], args: argparse.Namespace) 
             for name in now]  # fmt: skip
     caption = (
         f"The matched config's training step (batch 64, K 20; kind in the last block, precision, "
-        f"threads; packed: one run per core, one thread each, steps/s of the whole study) now "
+        f"threads; parallel: one run per core, one thread each, steps/s of the whole study) now "
         f"against {args.baseline}, {args.rounds} alternating rounds of {args.steps} steps, on a "
         f"{len(os.sched_getaffinity(0))}-core CPU ({platform.machine()}), torch {torch.__version__}:"
     )

@@ -187,6 +187,24 @@ def test_runs_that_cannot_be_packed_are_refused_in_one_line(minari_root, tmp_pat
     assert not (tmp_path / "d").exists()
 
 
+def test_pack_options_that_do_not_go_together_get_one_line(minari_root, tmp_path, capsys) -> None:
+    """As a user types them: each a single `primal-dt: error:` line saying what to do, exit 2,
+    and no run directory made."""
+    base = ["train", "--env", "hopper-medium", "--offline", "--no-progress", "--device", DEVICE]
+    cases = {
+        ("--seeds", "0,1", "--seed", "3"): "give it without --seed and --run-dir",
+        ("--seeds", "0,1", "--run-dir", str(tmp_path / "x")): "--runs-dir DIR puts them",
+        ("--seeds", ",", "--runs-dir", str(tmp_path / "r")): "--seeds is empty",
+        ("--runs-dir", str(tmp_path / "r")): "--runs-dir places the runs of --seeds",
+    }
+    for args, expected in cases.items():
+        assert main([*base, *args]) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("primal-dt: error:"), lines
+        assert expected in lines[0], lines
+    assert not (tmp_path / "r").exists() and not (tmp_path / "x").exists()
+
+
 def test_sweep_packs_runs_of_one_task_and_config(tmp_path) -> None:
     """--pack N groups the runs that differ only in their seed, N at most per pack, and the
     pack's command line parses back to the cells' seeds, runs directory and settings."""
