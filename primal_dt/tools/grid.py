@@ -8,7 +8,9 @@ checkpoint; what a failed start left is removed first), resume (a checkpoint sho
 evaluate (at its steps, without its final evaluation) or finished (skipped), so a sweep started
 again carries on where it stopped. A start is `primal-dt train --env --config --run-dir` with the
 cell's settings as --set overrides (option_overrides, the mapping the command line uses); resume
-and evaluate are `primal-dt train --resume RUN_DIR --steps N`.
+and evaluate are `primal-dt train --resume RUN_DIR --steps N`. Cells of one task and config with
+one action at one step may be grouped into packs (group_packs), each one such command with
+--seeds or with several --resume directories (pack_command).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """`primal-dt sweep`: the grid that grid.py plans, each cell trained into the ordinary run directory
-RUNS_DIR/<task>/<config>-s<seed> by its own `primal-dt train` subprocess.
+RUNS_DIR/<task>/<config>-s<seed> by its own `primal-dt train` subprocess, or, with --pack N (the
+default on CUDA: grid.pack_size), up to N cells of one task and config by one `primal-dt train`
+subprocess that trains them as one pack (training/pack.py); a pack writes its first run's log.
 
 Here, up to --parallel runs train at once (the models are small, so several share one GPU), each
 with usable cores // --parallel threads (at least one). With --ray ADDRESS every run is a Ray task

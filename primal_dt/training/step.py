@@ -8,23 +8,25 @@ and that torch.func.vmap runs for a pack of runs at once (pack.py), each run wit
 parameters, optimiser state and batch. It computes what trainer.py's eager step computes with
 autograd and torch.optim.AdamW:
 
-  S1. grads = d/dθ [action MSE + train.ksvd_weight · auxiliary loss] (trainer.action_loss);
+  S1. grads = d/dθ [action MSE + train.ksvd_weight · auxiliary loss] (action_loss below);
   S2. each gradient times min(1, grad_clip / (‖g‖ + 1e-6)), ‖g‖ the global norm
       (torch.nn.utils.clip_grad_norm_);
-  S3. for the n-th update (n = 1, 2, ...): lr_n = lr · min(n / warmup, 1) (trainer.warmup_schedule),
+  S3. for the n-th update (n = 1, 2, ...): lr_n = lr · min(n / warmup, 1) (warmup_schedule),
       θ ← θ (1 − lr_n · weight_decay); m ← β1 m + (1 − β1) g; v ← β2 v + (1 − β2) g²;
       θ ← θ − lr_n / (1 − β1ⁿ) · m / (√v / √(1 − β2ⁿ) + ε)  (torch.optim.AdamW, β = (0.9, 0.999),
       ε = 1e-8, its defaults).
 
 The parameters and AdamW's moments are updated in place, so a run's model and its torch AdamW
-(whose state the step shares: adam_state) stay what checkpoints save. The step counter n lives on
-the device too, and the caller advances the torch scheduler alongside (host arithmetic only).
+(whose moments the step shares: adam_state) stay what checkpoints save. The step counter n lives
+on the device too; before a checkpoint or a log the caller writes it into the optimiser's step
+counts (set_counts) and sets the torch scheduler to it (advance_schedule), host arithmetic only.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,8 +118,8 @@ def losses(
     aux_weight: Tensor,
 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """S1's loss of one run, with its action and auxiliary losses (detached) beside it."""
-    supply = supplied_keys(keys) if keys is not None else _no_supply()
-    form = packed() if settings.packed else _no_supply()
+    supply = supplied_keys(keys) if keys is not None else nullcontext()
+    form = packed() if settings.packed else nullcontext()
     with supply, form, autocast(settings.precision, settings.device):
         predicted, aux = functional_call(
             model, (params, buffers),
@@ -126,14 +128,6 @@ def losses(
     act_loss = action_loss(predicted, batch.actions, batch.mask)
     aux = aux.float()
     return act_loss + aux_weight * aux, (act_loss.detach(), aux.detach())
-
-
-class _no_supply:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def update(
