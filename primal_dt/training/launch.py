@@ -322,8 +322,8 @@ def start_pack(configs: list[Config], task: Task, run_dirs: list[Path], config_n
 
 
 def resume_pack(paths: list[Path], steps: int | None = None, download: bool | None = None) -> Pack:
-    """Continue runs trained as one pack (or any runs that can be packed: one task, one config
-    but for the seed, one step) from their checkpoints, as one pack again."""
+    """Continue runs trained as one pack (or any runs that can be packed: one task, one step,
+    one config but for pack.PACK_FREE's values) from their checkpoints, as one pack again."""
     runs = [run_of(path) for path in paths]
     snapshots = [read_resumable(run, None) for run in runs]
     names = [str(run) for run in runs]
