@@ -32,7 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_common import device_name, mebibytes, peak_memory, reset_peak_memory, run_isolated
+from bench_common import (
+    device_name,
+    mebibytes,
+    peak_memory,
+    reset_peak_memory,
+    run_isolated,
+    synchronize,
+)
 from bench_train import SIZES, TINY_SIZES, synthetic_data
 from doc_tables import publish, publish_so_far
 
@@ -111,11 +118,6 @@ def measure(point: dict[str, Any]) -> dict[str, Any]:
             "bytes": peak_memory(device, baseline),
             "device": device_name(device),
         }
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def parallel_baseline(point: dict[str, Any]) -> float:

@@ -290,3 +290,12 @@ def check_device_name(device: str, key: str) -> None:
     """The forms a device setting may take (whether this machine has it is device.py's question)."""
     if not (device in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", device)):
         raise ConfigError(f"{key} must be auto, cpu, cuda or cuda:N, got {device!r}")
+
+
+def flat_settings(config: Config) -> dict[str, Any]:
+    """{"model.embed_dim": 128, ...}: every setting by its --set key."""
+    return {
+        f"{section}.{key}": value
+        for section, values in config.to_dict().items()
+        for key, value in values.items()
+    }

@@ -7,12 +7,11 @@ import copy
 import random
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from primal_dt.common.config import Config
+from primal_dt.common.config import Config, flat_settings
 from primal_dt.common.cpu import training_threads
 from primal_dt.common.device import (
     adamw,
@@ -65,15 +64,6 @@ def read_resumable(run: RunDir, rollback: Path | None) -> Snapshot:
 
 # What a resume may set otherwise than the run was started with (--steps, --offline).
 RESUME_SETS = ("train.steps", "data.download")
-
-
-def flat_settings(config: Config) -> dict[str, Any]:
-    """{"model.embed_dim": 128, ...}: every setting by its --set key."""
-    return {
-        f"{section}.{key}": value
-        for section, values in config.to_dict().items()
-        for key, value in values.items()
-    }
 
 
 def record_machine(run: RunDir, started: RunConfig | None, trainer: Trainer) -> None:

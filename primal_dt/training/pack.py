@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 from torch.func import stack_module_state, vmap
 
-from primal_dt.common.config import MECHANICS, Config
+from primal_dt.common.config import MECHANICS, Config, flat_settings
 from primal_dt.common.errors import ConfigError
 from primal_dt.common.progress import progress_bar
 from primal_dt.common.signals import StopSignals
@@ -74,14 +74,9 @@ PACK_SHARED = ("train.steps", "train.device")
 def pack_key(config: Config) -> dict[str, Any]:
     """What runs must share to be packed together: every setting but PACK_FREE and those that
     change how a run is executed, not what it computes (MECHANICS), save PACK_SHARED."""
-    flat = {
-        f"{section}.{key}": value
-        for section, values in config.to_dict().items()
-        for key, value in (values.items() if isinstance(values, dict) else [("", values)])
-    }
     return {
         key: value
-        for key, value in flat.items()
+        for key, value in flat_settings(config).items()
         if key in PACK_SHARED
         or (
             key not in PACK_FREE
