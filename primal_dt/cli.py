@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from primal_dt.common.errors import CheckpointError, PrimalDTError
+from primal_dt.common.errors import CheckpointError, PrimalDTError, describe_os_error
 
 if TYPE_CHECKING:
     from primal_dt.common.config import Config
@@ -445,8 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--from", dest="rollback", metavar="CHECKPOINT",
-        help="with --resume: roll the run back to this kept checkpoint (RUN_DIR/checkpoints/"
-        "step_N.pt) and continue from it; what the run did after it is dropped",
+        help="with --resume: roll the run back to this kept checkpoint, by step (--from 1000) or "
+        "file (RUN_DIR/checkpoints/step_00001000.pt), and continue from it; what the run did "
+        "after it is dropped",
     )  # fmt: skip
     train.add_argument("--offline", action="store_true", help="never download datasets")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -533,9 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"primal-dt: {err.prefix}: {err}", file=sys.stderr)
         return err.exit_code
     except OSError as err:  # a read-only or full file system, a path through a file...
-        where = f": {err.filename}" if err.filename else ""
-        print(f"primal-dt: error: {err.strerror or err}{where}; check that the path is "
-              f"writable and the disk has space", file=sys.stderr)  # fmt: skip
+        print(f"primal-dt: error: {describe_os_error(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("primal-dt: interrupted", file=sys.stderr)

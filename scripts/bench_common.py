@@ -113,3 +113,4 @@ def primal_dt(*args: str, env: dict[str, str] | None = None) -> str:
     if result.returncode != 0:
         sys.exit(f"primal-dt {' '.join(args)} failed:\n{result.stderr[-2000:]}")
     return result.stdout
+

@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from quickstart_command import quickstart_args
+
 SCRIPT = Path(__file__).resolve()
 POLICY_NAMES = {"before": "before (torch's defaults)", "after": "after (primal-dt's policy)"}
 NEIGHBOURS = {
@@ -52,9 +54,7 @@ NEIGHBOURS = {
     "d": "(d) beside another torch program (default threads)",
 }
 TARGETS = {"b": 0.45, "c": 0.45, "d": 0.35}
-QUICKSTART = ["train", "--env", "hopper-bundled", "--device", "cpu", "--steps", "1000",
-              "--final-episodes", "20", "--set", "model.embed_dim=64", "--set",
-              "model.primal_rank=16", "--set", "train.warmup_steps=100", "--no-progress"]  # fmt: skip
+QUICKSTART = [*quickstart_args(), "--no-progress"]
 
 
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS")

@@ -13,13 +13,12 @@ import tempfile
 from pathlib import Path
 
 from bench_common import primal_dt
+from quickstart_command import quickstart_args
 from doc_tables import write_section
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 STARTED = "20261204-120000"  # the time in the sample's run directory name
-TRAIN = ["train", "--env", "hopper-bundled", "--device", "cpu", "--steps", "1000",
-         "--final-episodes", "20", "--set", "model.embed_dim=64", "--set", "model.attention_settings.primal.rank=16",
-         "--set", "train.warmup_steps=100", "--no-progress"]  # fmt: skip
+TRAIN = [*quickstart_args(), "--no-progress"]
 
 
 def main() -> None:

@@ -36,15 +36,20 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
-    # The run's own Custom Scalars layout: both losses in one chart, the returns per target.
+    # The run's own Custom Scalars layout: each loss on a chart of its own, the returns per
+    # target; and its task's category, filled by the copy made when the run finished.
     (config,) = events.Tensors("custom_scalars__config__")
     layout = layout_pb2.Layout.FromString(config.tensor_proto.string_val[0])
     assert [category.title for category in layout.category] == ["hopper-medium", "primal-dt run"]
     charts = {chart.title: list(chart.multiline.tag) for chart in layout.category[1].chart}
-    assert charts["action and KSVD losses"] == [r"^train/(action|ksvd)_loss$"]
+    assert charts["action loss"] == [r"^train/action_loss$"]
+    assert charts["auxiliary loss (ksvd_loss)"] == [r"^train/ksvd_loss$"]
     tags = set(logged)
-    for chart, (regex,) in charts.items():
-        assert any(re.fullmatch(regex, tag) for tag in tags), chart  # each chart shows something
+    for category in layout.category:
+        for chart in category.chart:
+            (regex,) = chart.multiline.tag
+            assert any(re.fullmatch(regex, tag) for tag in tags), chart.title  # it has a line
+    assert logged["by_task/hopper-medium/train/ksvd_loss"] == logged["train/ksvd_loss"]
     assert {t for t in tags if re.fullmatch(charts["return per target"][0], t)} == {
         "eval/1800/return"}  # fmt: skip
 

@@ -83,8 +83,8 @@ def test_a_checkpoint_on_a_full_disk_fails_in_one_line_and_keeps_the_previous(
 
     line = error_line(capsys.readouterr().err)
     assert code == 2, line
-    assert line.startswith("primal-dt: error: No space left on device"), line
-    assert "ckpt.pt" in line and "disk has space" in line, line
+    assert line.startswith("primal-dt: error: no space left on the disk: "), line
+    assert "ckpt.pt" in line and "free some space" in line, line
     assert (run_dir / "ckpt.pt").read_bytes() == saved  # the previous checkpoint, untouched
     after = read_snapshot(run_dir)
     assert after.step == 10 and after.training is not None
@@ -151,7 +151,7 @@ def test_eval_watch_on_a_disk_full_at_the_append_fails_in_one_line(
 
     line = error_line(capsys.readouterr().err)
     assert code == 2, line
-    assert line.startswith("primal-dt: error: No space left on device"), line
+    assert line.startswith("primal-dt: error: no space left on the disk: "), line
     assert str(run.eval_log) in line, line
     assert run.eval_log.read_bytes() == saved  # nothing of step 10's line
     assert [r.step for r in read_results(run)] == [5]

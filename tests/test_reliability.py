@@ -398,7 +398,7 @@ def test_resuming_a_run_whose_ckpt_is_damaged_gives_the_command_that_works(
     ("layer", "arguments", "said"),
     [
         ("primal", (30, 4, 8, 0.1), "embed_dim (30) must be divisible by n_head (4)"),
-        ("primal", (32, 4, 0, 0.1), "must be positive, got 32, 4, 0"),
+        ("primal", (32, 4, 0, 0.1), "rank must be positive, got 0"),
         ("primal", (32, 4, 8, 0.1, "perhead"), "got 'perhead' (did you mean 'per-head'?)"),
         ("primal", (32, 4, 8, 1.5), "dropout must be in [0, 1), got 1.5"),
         ("softmax", (30, 4, 0.1), "embed_dim (30) must be divisible by n_head (4)"),

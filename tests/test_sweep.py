@@ -162,8 +162,13 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
         layout = layout_pb2.Layout.FromString(config.tensor_proto.string_val[0])
         assert [c.title for c in layout.category] == [task, "primal-dt run"]
         regexes = [c.multiline.tag[0] for c in layout.category[0].chart]
-        assert regexes == [f"^by_task/{task}/eval/.*/normalized_return$",
-                           f"^by_task/{task}/train/ksvd_loss$"]  # fmt: skip
+        assert regexes == [
+            f"^by_task/{task}/eval/.*/normalized_return$",
+            f"^by_task/{task}/train/(?!action_loss$)\\w+_loss$",
+        ]
+        copied = set(scalars(runs / task / "primal-dt-s0"))
+        for regex in regexes:  # each chart of the task's category has a line
+            assert any(re.fullmatch(regex, tag) for tag in copied), regex
 
     # Run again: finished runs are skipped; a run killed during its final evaluation is only
     # evaluated; nothing is trained again.

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from primal_dt.common.errors import ConfigError
+from primal_dt.common.errors import ConfigError, did_you_mean
 
 PRIMAL_BLOCK_CHOICES = ("none", "last", "all")  # the older form, model.primal_blocks (_fold_legacy)
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -117,6 +117,11 @@ def _fold_legacy(model: ModelConfig) -> None:
     was set last wins)."""
     legacy: dict[str, Any] = model.__dict__.pop("_legacy", {})
     blocks = legacy.pop("primal_blocks", "none")
+    if isinstance(blocks, str) and blocks not in PRIMAL_BLOCK_CHOICES:
+        raise ConfigError(
+            f"model.primal_blocks must be one of {', '.join(PRIMAL_BLOCK_CHOICES)} or a list of "
+            f"block indices, got {blocks!r}{did_you_mean(blocks, PRIMAL_BLOCK_CHOICES)}"
+        )
     if blocks != "none":
         if isinstance(model.attention, list):
             raise ConfigError(
@@ -137,11 +142,6 @@ def _fold_legacy(model: ModelConfig) -> None:
 def _primal_block_indices(blocks: str | list[int], n_layer: int) -> list[int]:
     """The blocks an older model.primal_blocks value names: "last", "all" or indices."""
     if isinstance(blocks, str):
-        if blocks not in PRIMAL_BLOCK_CHOICES:
-            raise ConfigError(
-                f"model.primal_blocks must be one of {', '.join(PRIMAL_BLOCK_CHOICES)} "
-                f"or a list of block indices, got {blocks!r}"
-            )
         return [n_layer - 1] if blocks == "last" else list(range(n_layer))
     if any(not 0 <= i < n_layer for i in blocks):
         raise ConfigError(

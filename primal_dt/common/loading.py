@@ -125,8 +125,13 @@ def named_config_path(name_or_path: str) -> Path:
     return packaged
 
 
+# How a value that is TOML and not a bare word begins: a list, a table or a quoted string.
+TOML_OPENERS = ("[", "{", '"', "'")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
-    """Parse 'section.key=value' with a TOML value; bare words are taken as strings."""
+    """Parse 'section.key=value' with a TOML value; bare words are taken as strings, and a value
+    that opens a list, table or string but is not TOML is refused with TOML's own reason."""
     if "=" not in text:
         raise ConfigError(f"--set expects key=value (e.g. train.lr=3e-4), got {text!r}")
     key, raw = (part.strip() for part in text.split("=", 1))
@@ -134,7 +139,12 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--set expects key=value (e.g. train.lr=3e-4), got {text!r}")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except tomllib.TOMLDecodeError as err:
+        if raw[:1] in TOML_OPENERS:  # meant as a TOML list, table or string: say what is wrong
+            raise ConfigError(
+                f"--set {key}: {raw} is not a TOML value ({err}); e.g. "
+                f"""--set 'model.attention=["softmax","primal","primal"]'"""
+            ) from None
         value = raw
     return key, value
 

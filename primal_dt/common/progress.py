@@ -1,4 +1,4 @@
-"""Training progress: tqdm's bar where stderr is a terminal; where it is not (output redirected
+"""Progress of training and recording: tqdm's bar where stderr is a terminal; where it is not (output redirected
 to a file, a sweep's train.log), a plain line every `interval` seconds, so a log file gets a few
 readable lines instead of a bar redrawn at every step."""
 
@@ -18,10 +18,16 @@ class LineProgress:
     `interval` seconds and one at the end: step, percentage, speed, time left and the postfix."""
 
     def __init__(
-        self, total: int, initial: int, desc: str, interval: float = LINE_INTERVAL,
+        self,
+        total: int,
+        initial: int,
+        desc: str,
+        interval: float = LINE_INTERVAL,
         file: IO[str] | None = None,
-    ) -> None:  # fmt: skip
+        unit: str = "step",
+    ) -> None:
         self.total, self.n, self.desc, self.interval = total, initial, desc, interval
+        self.unit = unit
         self.file = file or sys.stderr
         self.postfix: dict[str, Any] = {}
         self._start_n, self._start = initial, time.monotonic()
@@ -51,9 +57,10 @@ class LineProgress:
     def _print(self) -> None:
         now = time.monotonic()
         rate = (self.n - self._start_n) / max(now - self._start, 1e-9)
-        parts = [f"{self.desc}: step {self.n}/{self.total} ({100 * self.n / self.total:.0f}%)"]
+        done = f"{self.unit} {self.n}/{self.total} ({100 * self.n / self.total:.0f}%)"
+        parts = [f"{self.desc}: {done}" if self.desc else done]
         if rate > 0:
-            parts.append(f"{rate:.2f} steps/s, {(self.total - self.n) / rate:.0f} s left")
+            parts.append(f"{rate:.2f} {self.unit}s/s, {(self.total - self.n) / rate:.0f} s left")
         parts += [f"{key}={value}" for key, value in self.postfix.items()]
         self.write(", ".join(parts))
         self._printed_n, self._printed = self.n, now
@@ -62,9 +69,12 @@ class LineProgress:
 Progress: TypeAlias = tqdm | LineProgress
 
 
-def progress_bar(total: int, initial: int, desc: str, enabled: bool) -> Progress:
+def progress_bar(
+    total: int, initial: int, desc: str, enabled: bool, unit: str = "step"
+) -> Progress:
     """A bar on a terminal, progress lines elsewhere, nothing where progress is turned off."""
     if enabled and not sys.stderr.isatty():
-        return LineProgress(total, initial, desc)
-    return tqdm(total=total, initial=initial, disable=not enabled, desc=desc, unit="step",
-                dynamic_ncols=True)  # fmt: skip
+        return LineProgress(total, initial, desc, unit=unit)
+    return tqdm(
+        total=total, initial=initial, disable=not enabled, desc=desc, unit=unit, dynamic_ncols=True
+    )

@@ -22,9 +22,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from primal_dt.common.errors import DatasetError
-from primal_dt.data.sources import find_dataset, minari_root
-from primal_dt.data.tasks import EnvInfo, Task, env_for_gym_id, quiet_mujoco_warnings
+from primal_dt.common.errors import DatasetError, did_you_mean
+from primal_dt.data.sources import find_dataset, ids_here, minari_root
+from primal_dt.data.tasks import (
+    EnvInfo,
+    Task,
+    env_for_gym_id,
+    load_envs,
+    quiet_mujoco_warnings,
+)
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,13 @@ def _check_download_possible(dataset_id: str, where: str) -> None:
             ) from None
 
 
+def known_ids(dataset_id: str) -> list[str]:
+    """The dataset ids a misspelt one may have meant: those on this machine and the official
+    ones of envs/; none where the id is itself an official one (merely not downloaded yet)."""
+    official = {i for env in load_envs().values() for i in env.datasets.values()}
+    return [] if dataset_id in official else sorted({*ids_here(), *official})
+
+
 def open_dataset(dataset_id: str, download: bool) -> Any:
     """minari.load_dataset with a clear error when the dataset is missing or unreadable."""
     import minari
@@ -107,12 +120,14 @@ def open_dataset(dataset_id: str, download: bool) -> Any:
     found = find_dataset(dataset_id)
     where = str(found) if found else os.path.join(minari_root(), dataset_id)
     if found is None:
+        named = f"{dataset_id}{did_you_mean(dataset_id, known_ids(dataset_id))}"
         if not download:
             raise DatasetError(
-                f"dataset {dataset_id} not found at {where} and download is off (--offline): "
+                f"dataset {named} not found at {where} and download is off (--offline): "
                 f"set MINARI_DATASETS_PATH to the folder that holds it, copy it there, or make "
                 f"one with primal-dt datasets make (primal-dt datasets list shows what is here)"
             )
+        _check_download_possible(named, where)
         download_dataset(dataset_id)
     try:
         return minari.MinariDataset(os.path.join(where, "data"))

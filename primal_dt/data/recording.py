@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
-from tqdm import tqdm
 
 from primal_dt.common.errors import DatasetError
+from primal_dt.common.progress import progress_bar
 from primal_dt.data.tasks import make_env
 
 if TYPE_CHECKING:  # Stable-Baselines3 is optional ([record]); imported where a policy loads
@@ -156,7 +156,7 @@ def record_episodes(
     env = make_env(env_id, max_episode_steps)
     buffers: list[Any] = []
     total = 0
-    bar = tqdm(total=budget, disable=not progress, unit="step" if steps else "episode")
+    bar = progress_bar(budget, 0, env_id, progress, unit="step" if steps else "episode")
     try:
         while (total if steps else len(buffers)) < budget:
             observation, _ = env.reset(seed=seed + len(buffers))

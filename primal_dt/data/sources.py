@@ -45,6 +45,16 @@ def find_dataset(dataset_id: str) -> Path | None:
     return None
 
 
+def ids_here() -> list[str]:
+    """The ids of the datasets present on this machine (Minari root and bundled), for a
+    did-you-mean when an id is misspelt."""
+    found = set()
+    for root in (Path(minari_root()), BUNDLED_ROOT):
+        for metadata in root.glob("**/data/metadata.json") if root.is_dir() else ():
+            found.add(metadata.parents[1].relative_to(root).as_posix())
+    return sorted(found)
+
+
 def origin(dataset_id: str) -> str:
     """A few words for logs: which kind of dataset this is and where it is."""
     root = minari_root()

@@ -112,7 +112,7 @@ class SoftmaxAttention(ProjectedAttention):
 
     label = "softmax"
 
-    def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
+    def __init__(self, embed_dim: int, n_head: int, dropout: float = 0.0) -> None:
         super().__init__(embed_dim, n_head, dropout)
         self.dropout = dropout
 
@@ -294,10 +294,17 @@ class PrimalAttention(AttentionLayer):
     reads_every_token = True  # J counts every real token, the last action token included
 
     def __init__(
-        self, embed_dim: int, n_head: int, rank: int, dropout: float, init: str = "per-head"
+        self,
+        embed_dim: int,
+        n_head: int,
+        rank: int = PrimalSettings.rank,
+        dropout: float = 0.0,
+        init: str = PrimalSettings.init,
     ) -> None:
         super().__init__()
-        check_arguments(type(self).__name__, embed_dim, n_head, dropout, rank)
+        check_arguments(type(self).__name__, embed_dim, n_head, dropout)
+        if rank <= 0:
+            raise ValueError(f"{type(self).__name__}: rank must be positive, got {rank}")
         if init not in PRIMAL_INITS:
             raise ValueError(
                 f"{type(self).__name__}: init must be one of {', '.join(PRIMAL_INITS)}, got "

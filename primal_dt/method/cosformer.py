@@ -38,7 +38,13 @@ class CosformerAttention(ProjectedAttention):
 
     label = "cosFormer"
 
-    def __init__(self, embed_dim: int, n_head: int, dropout: float, max_length: int) -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        n_head: int,
+        dropout: float = 0.0,
+        max_length: int = 3 * ModelConfig.context_len,
+    ) -> None:
         super().__init__(embed_dim, n_head, dropout)
         if max_length <= 0:
             raise ValueError(

@@ -41,16 +41,14 @@ from primal_dt.method.dropout import Dropout
 Forward = Callable[..., tuple[Tensor, Tensor | None]]
 
 
-def check_arguments(
-    layer: str, embed_dim: int, n_head: int, dropout_p: float, rank: int | None = None
-) -> None:
-    """A layer's own check of its arguments, when it is built (whoever builds it): a ValueError
-    saying which argument is wrong, instead of a reshape error at the first forward. rank is the
-    Primal layer's; None for a layer without one."""
-    if embed_dim <= 0 or n_head <= 0 or (rank is not None and rank <= 0):
-        shown = f"{embed_dim}, {n_head}" + ("" if rank is None else f", {rank}")
-        names = "embed_dim and n_head" if rank is None else "embed_dim, n_head and rank"
-        raise ValueError(f"{layer}: {names} must be positive, got {shown}")
+def check_arguments(layer: str, embed_dim: int, n_head: int, dropout_p: float) -> None:
+    """A layer's own check of the arguments every kind has, when it is built (whoever builds
+    it): a ValueError saying which argument is wrong, instead of a reshape error at the first
+    forward. A kind checks its own settings itself."""
+    if embed_dim <= 0 or n_head <= 0:
+        raise ValueError(
+            f"{layer}: embed_dim and n_head must be positive, got {embed_dim}, {n_head}"
+        )
     if embed_dim % n_head:
         raise ValueError(
             f"{layer}: embed_dim ({embed_dim}) must be divisible by n_head ({n_head}): each head "
@@ -212,7 +210,7 @@ class ProjectedAttention(AttentionLayer):
     and after attending the heads merged (at the rows asked for), the output projection and
     residual dropout. Softmax and the linear-cost kinds build on it."""
 
-    def __init__(self, embed_dim: int, n_head: int, dropout: float) -> None:
+    def __init__(self, embed_dim: int, n_head: int, dropout: float = 0.0) -> None:
         super().__init__()
         check_arguments(type(self).__name__, embed_dim, n_head, dropout)
         self.n_head = n_head

@@ -82,7 +82,12 @@ class PerformerAttention(ProjectedAttention, Redrawn):
     features: Tensor  # W (m, d), a buffer
 
     def __init__(
-        self, embed_dim: int, n_head: int, dropout: float, features: int, redraw_every: int
+        self,
+        embed_dim: int,
+        n_head: int,
+        dropout: float = 0.0,
+        features: int = PerformerSettings.features,
+        redraw_every: int = PerformerSettings.redraw,
     ) -> None:
         super().__init__(embed_dim, n_head, dropout)  # the seed first (Redrawn), then q, k, v
         if features <= 0 or redraw_every < 0:

@@ -97,7 +97,13 @@ class ReformerAttention(Redrawn):
     rotations: Tensor  # (n_r, H, d, b/2), a buffer
 
     def __init__(
-        self, embed_dim: int, n_head: int, dropout: float, buckets: int, chunk: int, hashes: int
+        self,
+        embed_dim: int,
+        n_head: int,
+        dropout: float = 0.0,
+        buckets: int = ReformerSettings.buckets,
+        chunk: int = ReformerSettings.chunk,
+        hashes: int = ReformerSettings.hashes,
     ) -> None:
         super().__init__()
         check_arguments(type(self).__name__, embed_dim, n_head, dropout)

@@ -1,13 +1,16 @@
-"""TensorBoard's Custom Scalars tab: for one run, its losses together and its returns per target;
-for a runs directory, per task, every run's normalised returns in one chart and their KSVD losses
-in another.
+"""TensorBoard's Custom Scalars tab: for one run, its action loss and its auxiliary (KSVD) loss
+each on a chart of its own (the auxiliary loss is orders of magnitude smaller, and TensorBoard's
+charts have one axis; each chart's log-scale button is the reader's), and its returns per target;
+for a runs directory, per task, every run's normalised returns in one chart and their auxiliary
+losses in another.
 
 A custom-scalars chart selects tags by regular expression but always draws every run, so charts
-per task need tags that name the task. When a run finishes, its `eval/<target>/normalized_return`
-and `train/ksvd_loss` are copied into its own directory as `by_task/<task>/...` (an extra event
-file, rewritten on each copy); each run's own layout (written when it starts) has, beside its own
-charts, a category for its task that selects those, and TensorBoard merges the categories of the
-same title over runs. `tensorboard --logdir RUNS_DIR` then shows DT against Primal-DT per task,
+per task need tags that name the task. When a run finishes (`primal-dt train`, alone or in a
+pack, and so every run of a sweep), its `eval/<target>/normalized_return` and its auxiliary loss
+are copied into its own directory as `by_task/<task>/...` (an extra event file, rewritten on each
+copy; `report` copies again, for runs made before); each run's own layout (written when it
+starts) has, beside its own charts, a category for its task that selects those, and TensorBoard
+merges the categories of the same title over runs. `tensorboard --logdir RUNS_DIR` then shows DT against Primal-DT per task,
 with nothing written into RUNS_DIR itself (an event file there is a run named ".").
 A run's settings go to the HPARAMS tab (write_hparams).
 """
@@ -23,7 +26,8 @@ from primal_dt.common.config import Config
 
 LAYOUT_SUFFIX = ".layout"
 COPY_SUFFIX = ".by_task"
-COPIED_TAGS = re.compile(r"eval/.*/normalized_return|train/ksvd_loss")
+# The normalised returns, and the auxiliary loss (train/<name>_loss, the kind's name for it).
+COPIED_TAGS = re.compile(r"eval/.*/normalized_return|train/(?!action_loss$)\w+_loss")
 
 
 def _remove(folder: Path, suffix: str) -> None:
@@ -36,14 +40,16 @@ def _escape(task: str) -> str:
     return re.sub(r"([^A-Za-z0-9_-])", r"\\\1", task)
 
 
-def run_layout(task: str) -> dict[str, dict[str, list]]:
-    """A single run's layout (the trainer writes it into the run): the action and KSVD losses in
-    one chart, and the returns, normalised returns and episode lengths of every target; and its
-    task's category, which TensorBoard merges with the other runs' of that task."""
+def run_layout(task: str, aux_loss_name: str) -> dict[str, dict[str, list]]:
+    """A single run's layout (the trainer writes it into the run): the action loss, the
+    auxiliary loss (the model's aux_loss_name: Primal's ksvd_loss) on a chart of its own, and
+    the returns, normalised returns and episode lengths of every target; and its task's
+    category, which TensorBoard merges with the other runs' of that task."""
     return {
         **layout([task]),
         "primal-dt run": {
-            "action and KSVD losses": ["Multiline", [r"^train/(action|ksvd)_loss$"]],
+            "action loss": ["Multiline", [r"^train/action_loss$"]],
+            f"auxiliary loss ({aux_loss_name})": ["Multiline", [f"^train/{aux_loss_name}$"]],
             "normalised return per target": ["Multiline", [r"^eval/[^/]+/normalized_return$"]],
             "return per target": ["Multiline", [r"^eval/[^/]+/return$"]],
             "episode length per target": ["Multiline", [r"^eval/[^/]+/episode_length$"]],
@@ -61,7 +67,10 @@ def layout(tasks: Iterable[str]) -> dict[str, dict[str, list]]:
                 "Multiline",
                 [prefix + r"eval/.*/normalized_return$"],
             ],
-            "KSVD loss (every run)": ["Multiline", [prefix + "train/ksvd_loss$"]],
+            "auxiliary loss (every run)": [
+                "Multiline",
+                [prefix + r"train/(?!action_loss$)\w+_loss$"],
+            ],
         }
     return charts
 
@@ -86,7 +95,8 @@ def read_scalars(folder: Path) -> dict[str, list[tuple[int, float, float]]]:
 
 
 def copy_run(run_dir: Path, task: str) -> int:
-    """Copy a run's normalised returns and KSVD loss under by_task/<task>/; returns the points."""
+    """Copy a run's normalised returns and auxiliary loss under by_task/<task>/; returns the
+    points."""
     from torch.utils.tensorboard import SummaryWriter
 
     _remove(run_dir, COPY_SUFFIX)

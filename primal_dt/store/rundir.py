@@ -3,7 +3,8 @@
     RUN_DIR/
       config.json            RunConfig: the task's name, the config's name and the resolved Config
       ckpt.pt                the latest Snapshot, with the TrainingState that --resume continues
-      checkpoints/step_N.pt  copies of the newest train.keep_checkpoints ckpt.pt files
+      checkpoints/step_N.pt  copies of the newest train.keep_checkpoints ckpt.pt files, N in 8
+                             digits (step_00001000.pt)
       best.pt                the Snapshot of the best evaluation so far
       eval_queue/step_N.pt   Snapshots with an EvalRequest, waiting for the evaluator
       eval.jsonl             one EvalRecord per evaluation (results.py)
@@ -22,6 +23,7 @@ locks.py holds the writers' locks and atomic.py writes files whole or not at all
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +97,38 @@ class RunDir:
 
     def queued_snapshots(self) -> list[Path]:
         return sorted(self.queue.glob("step_*.pt"))
+
+    @property
+    def unsaved_start(self) -> bool:
+        """A start that wrote its config.json but never a checkpoint: it failed, or was killed,
+        before its first one. Nothing in it can be resumed or evaluated."""
+        return self.config_file.is_file() and not self.checkpoint.exists()
+
+    def start_files(self) -> list[Path]:
+        """What a start writes before its first checkpoint (train.log, a sweep's, is not the
+        start's: the sweep wrote it before and appends to it)."""
+        named = [
+            *(self.config_file, self.best, self.checkpoints, self.queue, self.eval_log),
+            *(self.spectrum_windows, self.videos, *self.path.glob("return_curve_step_*")),
+            *self.path.glob("events.out.tfevents.*"),
+        ]
+        return [path for path in named if path.exists()]
+
+    def clear_start(self) -> None:
+        """Remove what an unsaved start wrote (start_files), and the folder where nothing else
+        is left in it."""
+        for path in self.start_files():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if self.path.is_dir() and not any(self.path.iterdir()):
+            self.path.rmdir()
+
+    def unsaved_start_advice(self) -> str:
+        """What to say of an unsaved start where a run was expected."""
+        return (
+            f"{self.path} holds a start that saved no checkpoint (it failed or was killed before "
+            f"its first one): train it again with primal-dt train --run-dir {self.path} ..., "
+            f"which clears it, or remove the folder"
+        )
 
     def __str__(self) -> str:
         return str(self.path)

@@ -299,6 +299,8 @@ def checkpoint_file(path: str | Path) -> Path:
     path = Path(path)
     if path.is_dir():
         run = RunDir(path)
+        if run.unsaved_start:
+            raise CheckpointError(run.unsaved_start_advice())
         if not run.checkpoint.is_file():
             raise CheckpointError(
                 f"{path} is not a primal-dt run directory: it has no {run.checkpoint.name}"

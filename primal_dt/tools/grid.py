@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from primal_dt.common.config import MECHANICS, Config
-from primal_dt.common.errors import PrimalDTError
+from primal_dt.common.errors import PrimalDTError, check_folder
 from primal_dt.common.loading import load_config, named_config_path, option_overrides
 from primal_dt.data.tasks import resolve_task
 from primal_dt.method.registry import check_kinds
@@ -68,6 +68,7 @@ class SweepOptions:
             raise SweepError(f"--pack must be >= 1 (1: no packs), got {self.pack}")
         if (self.gpus_per_run or 0) < 0 or self.cpus_per_run < 1:
             raise SweepError("--gpus-per-run must be >= 0 and --cpus-per-run >= 1")
+        check_folder(self.runs_dir, "--runs-dir")
         return self
 
 

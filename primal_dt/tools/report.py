@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from primal_dt.common.errors import check_folder
 from primal_dt.evaluation.conditioning import curve_points
 from primal_dt.method.registry import attention_label
 from primal_dt.store.dashboards import copy_run, remove_root_layout
@@ -679,6 +680,7 @@ def write_report(
     Also refreshes each RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
     dirs = [runs_dirs] if isinstance(runs_dirs, Path) else list(runs_dirs)
     out = out or dirs[0] / "report"
+    check_folder(out, "--out")
     found = [summary for runs_dir in dirs for summary in collect(runs_dir, skip=out)]
     counted_once, left_out = count_once(found)
     baseline = baseline_config(counted_once, baseline)  # a wrong --baseline: before any write

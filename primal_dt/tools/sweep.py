@@ -138,12 +138,9 @@ class Sweep:
         self, cell: GridCell, returncode: int | None, reason: str | None = None,
         log: Path | None = None,
     ) -> None:  # fmt: skip
-        from primal_dt.store.dashboards import copy_run
-
         seconds = time.monotonic() - self.started[cell.name]
         done = returncode == 0 and with_action(cell).action == "finished"
         if done:
-            copy_run(cell.run_dir.path, cell.task)
             self.out(f"done {cell.name} in {seconds:.0f} s: {final_summary(cell.run_dir)}")
             return
         log = log or cell.run_dir.log

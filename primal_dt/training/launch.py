@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from primal_dt.common.device import (
     resolve_device,
     resolve_precision,
 )
-from primal_dt.common.errors import CheckpointError, ConfigError
+from primal_dt.common.errors import CheckpointError, ConfigError, check_folder
 from primal_dt.data.episodes import TaskData, WindowSampler, load_task_data
 from primal_dt.data.tasks import Task
 from primal_dt.evaluation.evaluators import make_evaluator
@@ -34,9 +35,25 @@ from primal_dt.store.results import drop_results_after, final_missing
 from primal_dt.store.runconfig import RunConfig, read_run_config, write_run_config
 from primal_dt.store.rundir import RunDir, folder_of, run_dir_name, run_of, step_of
 from primal_dt.store.snapshots import Snapshot, read_snapshot, unsealed_note
+from primal_dt.training.memory import check_step_fits
 from primal_dt.training.pack import Pack, check_packable
 from primal_dt.training.step import warmup_schedule
 from primal_dt.training.trainer import Trainer
+
+
+def kept_checkpoint(run: RunDir, given: Path) -> Path:
+    """The kept checkpoint --from names: its file, or its step as a number or a file name with
+    any zero padding (--from 1000 and step_1000.pt both name checkpoints/step_00001000.pt)."""
+    match = re.fullmatch(r"(?:step_)?(\d+)(?:\.pt)?", given.name)
+    beside = given.parent.resolve() in (Path().resolve(), run.checkpoints.resolve())
+    if match and beside and not given.is_file():
+        return run.step_checkpoint(int(match.group(1)))
+    return given
+
+
+def kept_steps(run: RunDir) -> str:
+    """The steps of a run's kept checkpoints, for messages: "1000, 2000" or "none kept"."""
+    return ", ".join(str(step_of(path)) for path in run.saved_checkpoints()) or "none kept"
 
 
 def read_resumable(run: RunDir, rollback: Path | None) -> Snapshot:
@@ -44,10 +61,9 @@ def read_resumable(run: RunDir, rollback: Path | None) -> Snapshot:
     to. A checkpoint that cannot be read is an error that says how to start from another one."""
     if rollback is not None:
         if not rollback.is_file() or rollback.resolve().parent != run.checkpoints.resolve():
-            listed = ", ".join(map(str, run.saved_checkpoints())) or "none"
             raise ConfigError(
-                f"--from takes one of {run}'s kept checkpoints ({run.checkpoints}/step_N.pt: "
-                f"{listed}), not {rollback}"
+                f"--from takes one of {run}'s kept checkpoints, by step or file "
+                f"({kept_steps(run)}), not {rollback}"
             )
         return read_snapshot(rollback)
     try:
@@ -131,6 +147,7 @@ def assemble(config: Config, data: TaskData, run_dir: Path) -> Trainer:
     device = resolve_device(config.train.device, "train.device")
     # The run records what "auto" resolved to (config.json, hparams, checkpoints, eval records).
     config.train.precision = resolve_precision(config.train.precision, device)
+    check_step_fits(config, data.state_dim, data.act_dim, device)
     evaluator = make_evaluator(config, RunDir(run_dir))
     if device.type == "cpu":
         # One count for the whole run: the weights' bits depend on it (cpu.py).
@@ -161,6 +178,7 @@ def default_run_dir(task: str, config_name: str, seed: int) -> Path:
 
 def check_free(run_dir: Path) -> None:
     """A new run may start in run_dir: no live run holds it, and it holds no run."""
+    check_folder(run_dir, "--run-dir")
     run = RunDir(run_dir)
     lock = RunLock(run, "train")
     holder = lock.holder()
@@ -193,6 +211,9 @@ def start_run(
     if run.checkpoint.exists():  # another train got here first
         trainer.release()
         raise CheckpointError(f"{run_dir} already holds a run; choose another --run-dir")
+    if run.unsaved_start:
+        run.clear_start()
+        trainer.notes.append(f"cleared an earlier start in {run_dir} that saved no checkpoint")
     machine = machine_name(trainer.device)
     write_run_config(run, RunConfig(task.name, config_name, config, [machine]))
     return trainer
@@ -211,6 +232,7 @@ def resume_run(
     the run did after it (checkpoints, evaluations, logs) is dropped, and the run goes on as if it
     had been stopped there, bit for bit. data: the task's data where it is loaded already."""
     run = run_of(path)
+    rollback = kept_checkpoint(run, rollback) if rollback is not None else None
     if path.is_file() and path != run.checkpoint:
         raise ConfigError(
             f"--resume takes a run directory, and {path} is a checkpoint file; to roll its run "
@@ -230,7 +252,7 @@ def resume_run(
             raise ConfigError(
                 f"--steps {steps} is before {run}'s step {snapshot.step}; pass --steps N with "
                 f"N > {snapshot.step} to train further, or roll the run back to a kept checkpoint "
-                f"with --from {run.checkpoints}/step_N.pt"
+                f"with --from STEP, one of {kept_steps(run)}"
             )
         config.train.steps = steps
     if download is not None:

@@ -51,6 +51,7 @@ from primal_dt.method.dropout import draw_key_pairs, supplied_keys
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.results import EvalRecord
 from primal_dt.training.compiling import prepare_compile
+from primal_dt.training.memory import out_of_memory_named
 from primal_dt.training.step import (
     adam_state,
     advance_schedule,
@@ -243,10 +244,17 @@ class Pack:
     ) -> list[EvalRecord | None]:
         """Train the runs together to their train.steps (as Trainer.train does each, with one
         batched step for all): each logs, evaluates and saves as it would alone. Returns each
-        run's final evaluation record. SIGINT/SIGTERM stop every run with a checkpoint saved."""
+        run's final evaluation record. SIGINT/SIGTERM stop every run with a checkpoint saved;
+        a pack that fails before its first checkpoint leaves nothing in its run directories."""
+        with ExitStack() as undo:
+            for trainer in self.trainers:
+                undo.enter_context(trainer.undone_unless_saved(trainer.step))
+            undo.enter_context(out_of_memory_named(self.trainers[0].config))
+            return self._train(progress, stop or StopSignals())
+
+    def _train(self, progress: bool, stop: StopSignals) -> list[EvalRecord | None]:
         trainers, first = self.trainers, self.trainers[0]
         steps = first.config.train.steps
-        stop = stop or StopSignals()
         with stop, ExitStack() as stack:
             label = f"{first.data.task.name} x{len(trainers)}"
             bar = progress_bar(steps, first.step, label, progress)
@@ -268,8 +276,12 @@ class Pack:
                     trainer.after_step(writer, bar if run == 0 else None, stop)
                 if stop.signum is not None:
                     raise self._interrupted(stop.signum)
-            finals = [trainer.end(writer, start) for trainer, writer in zip(trainers, writers,
-                                                                              strict=True)]  # fmt: skip
+            finals = [
+                trainer.end(writer, start)
+                for trainer, writer in zip(trainers, writers, strict=True)
+            ]
+        for trainer in trainers:
+            trainer.copy_to_task_charts()
         failed = [(t, f) for t, f in zip(trainers, finals, strict=True) if f and f.error]
         if failed:
             trainer, final = failed[0]

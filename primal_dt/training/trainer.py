@@ -14,8 +14,8 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -32,7 +32,7 @@ from primal_dt.data.episodes import Batch, TaskData, WindowSampler
 from primal_dt.evaluation.evaluators import RunEvaluator
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.atomic import atomic_copy
-from primal_dt.store.dashboards import run_layout, write_hparams
+from primal_dt.store.dashboards import copy_run, run_layout, write_hparams
 from primal_dt.store.locks import RunLock
 from primal_dt.store.results import EvalRecord
 from primal_dt.store.rundir import RunDir
@@ -50,6 +50,7 @@ from primal_dt.training.compiling import (
     repair,
     still_damaged,
 )
+from primal_dt.training.memory import out_of_memory_named
 from primal_dt.training.step import WholeStep, action_loss, advance_schedule
 
 Metrics = dict[str, torch.Tensor]  # named scalars of one step, on the training device
@@ -285,11 +286,16 @@ class Trainer:
         """
         cfg = self.config.train
         stop = stop or StopSignals()
-        with stop, ExitStack() as stack:
+        first = self.step
+        with (
+            self.undone_unless_saved(first),
+            out_of_memory_named(self.config),
+            stop,
+            ExitStack() as stack,
+        ):
             bar = progress_bar(cfg.steps, self.step, self.data.task.name, progress)
             stack.enter_context(bar)  # returns the bar itself, typed as the join of its two kinds
             writer = self.begin(stack, partial(bar.write, file=sys.stderr))  # lines above the bar
-            first = self.step
             while self.step < cfg.steps:
                 self.accumulate(self.train_step(self.sampler.sample(cfg.batch_size)))
                 self.step += 1
@@ -297,7 +303,25 @@ class Trainer:
                 self.after_step(writer, bar, stop)
                 if stop.signum is not None:
                     raise self._interrupted(stop.signum)
-            return self._final(self.end(writer, first))
+            final = self.end(writer, first)
+        self.copy_to_task_charts()
+        return self._final(final)
+
+    def copy_to_task_charts(self) -> None:
+        """A finished run's returns and auxiliary loss copied where its task's charts find them
+        (dashboards.py), once its writers, the evaluator's included, are closed."""
+        copy_run(self.run_dir.path, self.data.task.name)
+
+    @contextmanager
+    def undone_unless_saved(self, first: int) -> Iterator[None]:
+        """A new run (first == 0) that fails before its first checkpoint leaves nothing behind:
+        what its start wrote is removed once its writers are closed (RunDir.clear_start)."""
+        try:
+            yield
+        except BaseException:
+            if first == 0 and self.run_dir.unsaved_start:
+                self.run_dir.clear_start()
+            raise
 
     def begin(self, stack: ExitStack, say: Callable[[str], None]) -> SummaryWriter:
         """What a run does before its first step: take its locks, open TensorBoard and the
@@ -364,7 +388,7 @@ class Trainer:
         writer = stack.enter_context(SummaryWriter(str(self.run_dir.path), purge_step=purge))
         if self.step == 0:
             write_hparams(writer, self.data.task.name, self.config)
-            writer.add_custom_scalars(run_layout(self.data.task.name))
+            writer.add_custom_scalars(run_layout(self.data.task.name, self.model.aux_loss_name))
         return writer
 
     def _log(self, writer: SummaryWriter, bar: Progress | None, tick: float) -> float:
