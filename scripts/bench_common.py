@@ -113,4 +113,3 @@ def primal_dt(*args: str, env: dict[str, str] | None = None) -> str:
     if result.returncode != 0:
         sys.exit(f"primal-dt {' '.join(args)} failed:\n{result.stderr[-2000:]}")
     return result.stdout
-

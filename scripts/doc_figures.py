@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 
 from bench_common import primal_dt
-from quickstart_command import quickstart_args
 from doc_tables import write_section
+from quickstart_command import quickstart_args
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 STARTED = "20261204-120000"  # the time in the sample's run directory name
