@@ -185,7 +185,7 @@ def quickstart(write: bool) -> None:
         rows.append((NEIGHBOURS[kind], label, seconds))
     alone = rows[0][2]
     table = [
-        f"| {name} | {label} | {s // 60:.0f} min {s % 60:.0f} s | {alone / s:.2f}x |"
+        f"| {name} | {label} | {round(s) // 60} min {round(s) % 60} s | {alone / s:.2f}x |"
         for name, label, s in rows
     ]
     publish("bench-quickstart", f"The quick start's command ({device_name()}):",
