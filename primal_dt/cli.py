@@ -78,9 +78,13 @@ def _new_config(args: argparse.Namespace) -> tuple[Task, Path, Config]:
     task = resolve_task(args.env) if args.env else dataset_task(args.dataset)
     config_file = named_config_path(args.config or "primal-dt")
     options = option_overrides(
-        steps=args.steps, seed=args.seed, device=args.device, final_episodes=args.final_episodes,
-        offline=args.offline, compile=args.compile,
-    )  # fmt: skip
+        steps=args.steps,
+        seed=args.seed,
+        device=args.device,
+        final_episodes=args.final_episodes,
+        offline=args.offline,
+        compile=args.compile,
+    )
     config = load_config(config_file, [*(args.set or []), *options], task=task.name)
     return task, config_file, config
 
@@ -128,9 +132,11 @@ def _make_trainer(args: argparse.Namespace) -> Trainer:
         download = False if args.offline else None
         return resume_run(Path(args.resume[0]), args.steps, download, rollback)
     task, config_file, config = _new_config(args)
-    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(
-        task.name, config_file.stem, config.train.seed
-    )  # fmt: skip
+    run_dir = (
+        Path(args.run_dir)
+        if args.run_dir
+        else default_run_dir(task.name, config_file.stem, config.train.seed)
+    )
     return start_run(config, task, run_dir, config_file.stem)
 
 
@@ -157,9 +163,14 @@ def _eval(args: argparse.Namespace) -> int:
             print("stopped watching", file=sys.stderr)
         return 0
     records = evaluate_checkpoints(
-        args.ckpt, options, device, every=args.all, curve=bool(args.target_sweep),
-        say=lambda line: print(line, file=sys.stderr), quiet=args.json,
-    )  # fmt: skip
+        args.ckpt,
+        options,
+        device,
+        every=args.all,
+        curve=bool(args.target_sweep),
+        say=lambda line: print(line, file=sys.stderr),
+        quiet=args.json,
+    )
     if args.json:
         print(json.dumps([record.to_dict() for record in records], indent=1))
     else:
@@ -248,14 +259,16 @@ def _add_datasets_parser(commands: argparse._SubParsersAction) -> None:
     make.add_argument("--deterministic", action="store_true", help="the policy's mean action")
     make.add_argument("--seed", type=int, help="seeds episodes, sampled actions, SAC (default 0)")
     make.add_argument(
-        "--expert-policy", metavar="FILE",
+        "--expert-policy",
+        metavar="FILE",
         help="measure reference scores: this expert's and uniform-random mean returns",
-    )  # fmt: skip
+    )
     make.add_argument("--ref-episodes", type=int, help="episodes per reference score (10)")
     make.add_argument(
-        "--target-return", type=float,
+        "--target-return",
+        type=float,
         help="medium-replay: stop SAC at this evaluation return (default: expert reference / 3)",
-    )  # fmt: skip
+    )
     make.add_argument("--max-steps", type=int, help="medium-replay: step budget (1000000)")
     make.add_argument("--eval-every", type=int, help="medium-replay: steps between evals (5000)")
     make.add_argument("--eval-episodes", type=int, help="medium-replay: episodes per eval (5)")
@@ -327,17 +340,20 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
         "--parallel", type=int, default=1, help="processes training at once, runs or packs (1)"
     )
     sweep.add_argument(
-        "--pack", type=int, metavar="N",
+        "--pack",
+        type=int,
+        metavar="N",
         help="train up to N runs as one pack, a batched model in one process: runs of one task "
         "and config that differ only in their seed (default: on CUDA every seed of a task and "
         "config in one pack; on a CPU 1, no packs)",
-    )  # fmt: skip
+    )
     sweep.add_argument("--steps", type=int, help="training steps of every run (train.steps)")
     sweep.add_argument("--device", help="auto, cpu, cuda or cuda:N, for every run")
     sweep.add_argument(
-        "--final-episodes", type=int,
+        "--final-episodes",
+        type=int,
         help="episodes per target of every run's final evaluation (eval.final_episodes)",
-    )  # fmt: skip
+    )
     sweep.add_argument("--offline", action="store_true", help="never download datasets")
     sweep.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="config override for every run"
@@ -357,10 +373,15 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser(
         "report", help="score tables, learning curves and attention spectra of runs directories"
     )
-    report.add_argument("runs_dirs", metavar="RUNS_DIR", nargs="+",
-                        help="e.g. the --runs-dir of a sweep; several: their runs together")  # fmt: skip
-    report.add_argument("--out", metavar="DIR",
-                        help="where to write (default the first RUNS_DIR/report)")  # fmt: skip
+    report.add_argument(
+        "runs_dirs",
+        metavar="RUNS_DIR",
+        nargs="+",
+        help="e.g. the --runs-dir of a sweep; several: their runs together",
+    )
+    report.add_argument(
+        "--out", metavar="DIR", help="where to write (default the first RUNS_DIR/report)"
+    )
     report.add_argument(
         "--baseline",
         metavar="CONFIG",
@@ -409,9 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     defaults = Config()
     train = commands.add_parser(
-        "train", help="train on a task or Minari dataset", epilog=_train_epilog(),
+        "train",
+        help="train on a task or Minari dataset",
+        epilog=_train_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     train.add_argument("--env", metavar="TASK", help="task, e.g. halfcheetah-medium (see below)")
     train.add_argument("--dataset", metavar="ID", help="any Minari dataset id instead of --env")
     train.add_argument(
@@ -431,31 +454,37 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir", metavar="DIR", help="where it writes (runs/<task>/<config>-s<seed>-<time>)"
     )
     train.add_argument(
-        "--resume", metavar="RUN_DIR", nargs="+",
+        "--resume",
+        metavar="RUN_DIR",
+        nargs="+",
         help="continue the run in RUN_DIR (or from its ckpt.pt); several: continue them as one "
         "pack",
-    )  # fmt: skip
+    )
     train.add_argument(
-        "--seeds", metavar="S,S,...",
+        "--seeds",
+        metavar="S,S,...",
         help="train one run per seed as one pack, a batched model (docs: Training, packs); "
         "each in runs/<task>/<config>-s<seed>-<time>, or under --runs-dir",
-    )  # fmt: skip
+    )
     train.add_argument(
         "--runs-dir", metavar="DIR", help="with --seeds: each run in DIR/<task>/<config>-s<seed>"
     )
     train.add_argument(
-        "--from", dest="rollback", metavar="CHECKPOINT",
+        "--from",
+        dest="rollback",
+        metavar="CHECKPOINT",
         help="with --resume: roll the run back to this kept checkpoint, by step (--from 1000) or "
         "file (RUN_DIR/checkpoints/step_00001000.pt), and continue from it; what the run did "
         "after it is dropped",
-    )  # fmt: skip
+    )
     train.add_argument("--offline", action="store_true", help="never download datasets")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument(
-        "--final-episodes", type=int,
+        "--final-episodes",
+        type=int,
         help=f"episodes per target at the end (eval.final_episodes, default "
         f"{defaults.eval.final_episodes}; 0: none)",
-    )  # fmt: skip
+    )
     train.add_argument(
         "--compile", action="store_true", help="torch.compile the model (train.compile)"
     )
@@ -468,16 +497,19 @@ def build_parser() -> argparse.ArgumentParser:
         "eval", help="roll checkpoints out and score them, or serve a run's evaluations"
     )
     evaluate.add_argument(
-        "--ckpt", nargs="+", metavar="PATH",
+        "--ckpt",
+        nargs="+",
+        metavar="PATH",
         help="checkpoint files or run directories (their latest checkpoint); one table for all",
-    )  # fmt: skip
+    )
     evaluate.add_argument(
         "--all", action="store_true", help="every kept checkpoint of each run directory"
     )
     evaluate.add_argument(
-        "--watch", metavar="RUN_DIR",
+        "--watch",
+        metavar="RUN_DIR",
         help="evaluate each new checkpoint of a (running) run as it appears, until stopped",
-    )  # fmt: skip
+    )
     evaluate.add_argument(
         "--episodes", type=int, help="episodes per target (default: the run's eval.episodes)"
     )
@@ -487,17 +519,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--targets", type=float, nargs="+", help="target returns (default: the run's)"
     )
     targets.add_argument(
-        "--target-sweep", metavar="LOW:HIGH:N",
+        "--target-sweep",
+        metavar="LOW:HIGH:N",
         help="N targets from LOW to HIGH: the return-conditioning curve, kept as a PNG in the run",
-    )  # fmt: skip
+    )
     evaluate.add_argument(
-        "--workers", type=int, default=0,
+        "--workers",
+        type=int,
+        default=0,
         help="environment processes stepping at once (default 0: all in this process)",
-    )  # fmt: skip
+    )
     evaluate.add_argument(
-        "--video", type=int, nargs="?", const=1, default=0, metavar="N",
+        "--video",
+        type=int,
+        nargs="?",
+        const=1,
+        default=0,
+        metavar="N",
         help="also render N episodes per target (default 1) to MP4 files in the run's videos/",
-    )  # fmt: skip
+    )
     evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     evaluate.add_argument("--json", action="store_true", help="print the records as JSON")
     evaluate.set_defaults(func=_eval)

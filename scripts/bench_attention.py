@@ -52,9 +52,13 @@ def make_layer(kind: str, point: dict[str, Any]) -> torch.nn.Module:
     kind's defaults, those of configs/<kind>-dt.toml)."""
     torch.manual_seed(0)
     config = ModelConfig(
-        embed_dim=point["embed_dim"], n_head=point["n_head"], dropout=0.0, context_len=point["k"],
-        attention=kind, attention_settings={"primal": {"rank": point["rank"]}} if kind == "primal" else {},
-    )  # fmt: skip
+        embed_dim=point["embed_dim"],
+        n_head=point["n_head"],
+        dropout=0.0,
+        context_len=point["k"],
+        attention=kind,
+        attention_settings={"primal": {"rank": point["rank"]}} if kind == "primal" else {},
+    )
     return build_attention(kind, config)
 
 
@@ -168,8 +172,15 @@ def main() -> None:
     name = f"bench_attention_{device.type}"
     for width, (dim, heads, rank) in WIDTHS.items():
         for k in (int(k) for k in args.ks.split(",")):
-            point = {"device": args.device, "k": k, "batch": args.batch, "embed_dim": dim,
-                     "n_head": heads, "rank": rank, "repeats": args.repeats}  # fmt: skip
+            point = {
+                "device": args.device,
+                "k": k,
+                "batch": args.batch,
+                "embed_dim": dim,
+                "n_head": heads,
+                "rank": rank,
+                "repeats": args.repeats,
+            }
             found[width, k] = measure_row(point)
             rows.append(f"| {width} " + table_row(k, found[width, k]))
             publish_so_far(name, caption, header, rows, args.write_docs)

@@ -44,8 +44,12 @@ def measure(config: str, rounds: int, folder: Path) -> dict[str, float]:
             assert damaged_parts(loaded) == []
 
     save(True)
-    ways = {"save": lambda: save(False), "save, digest": lambda: save(True),
-            "load": lambda: load(False), "load, digest": lambda: load(True)}  # fmt: skip
+    ways = {
+        "save": lambda: save(False),
+        "save, digest": lambda: save(True),
+        "load": lambda: load(False),
+        "load, digest": lambda: load(True),
+    }
     times: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(rounds):
         for name, way in ways.items():

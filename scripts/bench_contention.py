@@ -97,9 +97,12 @@ def measure_cell(policy: str, kind: str, steps: int, warmup: int) -> float:
     try:
         cell = json.dumps({"policy": policy, "kind": kind, "steps": steps, "warmup": warmup})
         result = subprocess.run(
-            [sys.executable, str(SCRIPT), "--cell", cell], env=environment(policy),
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+            [sys.executable, str(SCRIPT), "--cell", cell],
+            env=environment(policy),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     finally:
         if other is not None:
             other.kill()
@@ -162,8 +165,11 @@ def quickstart(write: bool) -> None:
     from primal_dt.common.device import resolve_precision
 
     default = resolve_precision("auto", torch.device("cpu"))
-    cases = [("a", default, []), ("a", "fp32", ["--set", 'train.precision="fp32"']),
-             ("b", default, [])]  # fmt: skip
+    cases = [
+        ("a", default, []),
+        ("a", "fp32", ["--set", 'train.precision="fp32"']),
+        ("b", default, []),
+    ]
     rows = []
     for kind, precision, extra in cases:
         other = neighbour(kind, "before")
@@ -171,11 +177,19 @@ def quickstart(write: bool) -> None:
             with tempfile.TemporaryDirectory() as folder:
                 start = time.perf_counter()
                 subprocess.run(
-                    [sys.executable, "-m", "primal_dt.cli", *QUICKSTART, *extra, "--run-dir",
-                     folder],
+                    [
+                        sys.executable,
+                        "-m",
+                        "primal_dt.cli",
+                        *QUICKSTART,
+                        *extra,
+                        "--run-dir",
+                        folder,
+                    ],
                     env={**os.environ, "MINARI_DATASETS_PATH": str(Path(folder) / "minari")},
-                    capture_output=True, check=True,
-                )  # fmt: skip
+                    capture_output=True,
+                    check=True,
+                )
                 seconds = time.perf_counter() - start
         finally:
             if other is not None:
@@ -188,9 +202,14 @@ def quickstart(write: bool) -> None:
         f"| {name} | {label} | {round(s) // 60} min {round(s) % 60} s | {alone / s:.2f}x |"
         for name, label, s in rows
     ]
-    publish("bench-quickstart", f"The quick start's command ({device_name()}):",
-            "| neighbour | precision | wall time | speed against the default alone "
-            "|\n|---|---|---:|---:|", table, write)  # fmt: skip
+    publish(
+        "bench-quickstart",
+        f"The quick start's command ({device_name()}):",
+        "| neighbour | precision | wall time | speed against the default alone "
+        "|\n|---|---|---:|---:|",
+        table,
+        write,
+    )
 
 
 def main() -> None:
@@ -202,9 +221,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (5)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds (2)")
     parser.add_argument(
-        "--policies", default="before,after",
+        "--policies",
+        default="before,after",
         help="comma-separated: before, after, passive, spin=N (default: before,after)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--neighbours",
         default="b,c,d",

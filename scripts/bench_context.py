@@ -38,14 +38,24 @@ def measure(k: int, batch: int, steps: int, rounds: int, device: str, tiny: bool
     precision, all in the same alternating rounds."""
     precision = training_precision(device)
     size = ["model.embed_dim=32", "model.n_layer=2"] if tiny else []
-    overrides = [*size, f"model.context_len={k}", f"train.batch_size={batch}",
-                 "model.primal_rank=32"]  # fmt: skip
+    overrides = [
+        *size,
+        f"model.context_len={k}",
+        f"train.batch_size={batch}",
+        "model.primal_rank=32",
+    ]
     point = {
-        "config": "dt", "overrides": overrides, "device": device, "compile": None,
-        "warmup": 5 if device.startswith("cuda") else 2, "steps": steps, "rounds": rounds,
-        "models": {model_name(name, precision): (kind, False, precision)
-                   for name, kind in MODELS.items()},
-    }  # fmt: skip
+        "config": "dt",
+        "overrides": overrides,
+        "device": device,
+        "compile": None,
+        "warmup": 5 if device.startswith("cuda") else 2,
+        "steps": steps,
+        "rounds": rounds,
+        "models": {
+            model_name(name, precision): (kind, False, precision) for name, kind in MODELS.items()
+        },
+    }
     memory = {
         model_name(name, precision): {"primal_blocks": kind, "precision": precision}
         for name, kind in MODELS.items()
@@ -78,8 +88,9 @@ def fastest_where(found: dict[int, dict], precision: str) -> str:
     """Which model trained fastest at which K, in words."""
     named = [
         f"{max(MODELS, key=lambda name, f=f: f[model_name(name, precision)])} at K = {k}"
-        for k, f in found.items() if "error" not in f
-    ]  # fmt: skip
+        for k, f in found.items()
+        if "error" not in f
+    ]
     return f"Fastest in {precision}: " + ", ".join(named) + "." if named else ""
 
 

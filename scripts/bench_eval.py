@@ -57,8 +57,13 @@ def untrained_policy(spec: str, device: torch.device) -> tuple[Policy, TaskRecor
     name, *overrides = spec.split("+")
     config = load_config(named_config_path(name), overrides, task="halfcheetah-medium")
     model = DecisionTransformer(config.model, 17, 6, 1000).to(device)
-    policy = Policy(model, torch.zeros(17, device=device), torch.ones(17, device=device),
-                    config.train.return_scale, device)  # fmt: skip
+    policy = Policy(
+        model,
+        torch.zeros(17, device=device),
+        torch.ones(17, device=device),
+        config.train.return_scale,
+        device,
+    )
     return policy, TaskRecord("untrained", (), "HalfCheetah-v5", {}, 1000, (6000.0,), None)
 
 
@@ -106,8 +111,10 @@ def measure(label: str, policy: Policy, task: TaskRecord, args: argparse.Namespa
             reference, base_rate = returns, rate
         n = len(reference)
         difference = np.max(np.abs(returns[:n] - reference) / np.abs(reference))
-        print(f"{label}, {name}: {lengths.sum()} steps in {seconds:.1f} s, returns differ by "
-              f"{difference:.2%} at most")  # fmt: skip
+        print(
+            f"{label}, {name}: {lengths.sum()} steps in {seconds:.1f} s, returns differ by "
+            f"{difference:.2%} at most"
+        )
         rows.append(
             f"| {label} | {name} | {len(subset)} | {seconds:.1f} | {rate:.0f} "
             f"| {rate / base_rate:.1f}x | {difference:.2%} |"

@@ -62,10 +62,14 @@ def trainers(point: dict[str, Any], root: Path) -> list[Trainer]:
     config_name, extra = sizes[label]
     compiled = point["mode"] == "compiled"
     mode = "reduce-overhead" if point["device"].startswith("cuda") else "default"
-    overrides = [*extra, PRIMAL_LAST, 'train.precision="bf16"',
-                 f"train.device={json.dumps(point['device'])}",
-                 f"train.compile={'true' if compiled else 'false'}",
-                 f"train.compile_mode={json.dumps(mode)}"]  # fmt: skip
+    overrides = [
+        *extra,
+        PRIMAL_LAST,
+        'train.precision="bf16"',
+        f"train.device={json.dumps(point['device'])}",
+        f"train.compile={'true' if compiled else 'false'}",
+        f"train.compile_mode={json.dumps(mode)}",
+    ]
     data = synthetic_data()
     runs = []
     for seed in range(point["pack"]):
@@ -125,8 +129,9 @@ def parallel_baseline(point: dict[str, Any]) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     lone = {**point, "pack": 1, "mode": "eager"}
     command = [sys.executable, __file__, "--point", json.dumps(lone)]
-    processes = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
-                 for _ in range(2)]  # fmt: skip
+    processes = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outputs = [process.communicate()[0] for process in processes]
     if any(process.returncode for process in processes):
         raise SystemExit("a --parallel baseline process failed")
@@ -161,16 +166,19 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sizes", default="dt,primal", help="dt, primal or both (dt,primal)")
     parser.add_argument(
-        "--packs", default="1,8,32,128",
+        "--packs",
+        default="1,8,32,128",
         help="runs per pack (1,8,32,128), or per size: 'dt:1,8,32;primal:1,8' (what fits memory)",
-    )  # fmt: skip
+    )
     parser.add_argument("--modes", default="eager,compiled,model-compiled")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per point (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (2)")
     parser.add_argument(
-        "--cap", type=float, default=60.0,
+        "--cap",
+        type=float,
+        default=60.0,
         help="seconds of timed steps per point at most (at least 3 steps; default 60)",
-    )  # fmt: skip
+    )
     parser.add_argument("--parallel-baseline", action="store_true", help="CPU: --parallel 2 too")
     parser.add_argument("--tiny", action="store_true", help="a tiny model instead (dry runs)")
     parser.add_argument("--write-docs", action="store_true")
@@ -181,17 +189,27 @@ def main() -> None:
     packs = packs_by_size(args.packs)
     modes = args.modes.split(",")
     sizes = ["tiny"] if args.tiny else args.sizes.split(",")
-    header = ("| size | runs per pack | step | run-steps/s | steps/s per run | against one run "
-              "eager | peak memory (MiB) |\n|---|---:|---|---:|---:|---:|---:|")  # fmt: skip
+    header = (
+        "| size | runs per pack | step | run-steps/s | steps/s per run | against one run "
+        "eager | peak memory (MiB) |\n|---|---:|---|---:|---:|---:|---:|"
+    )
     rows: list[str] = []
     device = None
-    caption = (f"Packs: run-steps per second (steps/s x runs) of Primal-DT's bf16 training step, "
-               f"batch 64, K 20, {args.steps} timed steps after {args.warmup} (or as many as "
-               f"{args.cap:g} s allowed, at least 3)")  # fmt: skip
+    caption = (
+        f"Packs: run-steps per second (steps/s x runs) of Primal-DT's bf16 training step, "
+        f"batch 64, K 20, {args.steps} timed steps after {args.warmup} (or as many as "
+        f"{args.cap:g} s allowed, at least 3)"
+    )
     marker = f"bench-pack-{'cuda' if args.device.startswith('cuda') else 'cpu'}"
     for size in sizes:
-        base = {"device": args.device, "size": size, "tiny": args.tiny, "steps": args.steps,
-                "warmup": args.warmup, "cap": args.cap}  # fmt: skip
+        base = {
+            "device": args.device,
+            "size": size,
+            "tiny": args.tiny,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "cap": args.cap,
+        }
         lone = None
         for pack in packs.get(size, packs.get("", [])):
             for mode in modes:
@@ -207,8 +225,10 @@ def main() -> None:
         if args.parallel_baseline and args.device == "cpu":
             rate = parallel_baseline({**base, "tiny": args.tiny})
             ratio = f"{rate / lone:.2f}" if lone else ""
-            rows.append(f"| {size} | 2 processes | sweep --parallel 2 | {rate:.3g} | "
-                        f"{rate / 2:.3g} | {ratio} | |")  # fmt: skip
+            rows.append(
+                f"| {size} | 2 processes | sweep --parallel 2 | {rate:.3g} | "
+                f"{rate / 2:.3g} | {ratio} | |"
+            )
             packed = run_isolated(__file__, {**base, "pack": 2, "mode": "eager"})
             rows.append(row(size, 2, "eager, one process", packed, lone))
             print(*rows[-2:], sep="\n", flush=True)

@@ -43,13 +43,18 @@ POLICIES = ROOT / "tests" / "policies"
 TARGETS = "0:4000:5"
 MODELS = {  # label -> (task, config, steps, overrides)
     "quick-start model (hopper-bundled, embed 64, rank 16)": (
-        "hopper-bundled", "primal-dt", 1000,
+        "hopper-bundled",
+        "primal-dt",
+        1000,
         ["model.embed_dim=64", "model.primal_rank=16", "train.warmup_steps=100"],
     ),
     "DT size (configs/dt.toml, hopper-medium recorded here)": (
-        "hopper-medium", "dt", 2000, ["train.warmup_steps=200"],
+        "hopper-medium",
+        "dt",
+        2000,
+        ["train.warmup_steps=200"],
     ),
-}  # fmt: skip
+}
 
 
 def input_resolution() -> str:
@@ -66,23 +71,67 @@ def input_resolution() -> str:
 def record_hopper_medium(env: dict[str, str]) -> None:
     """hopper-medium from the SAC policy, made once (scripts/results.py's recipe)."""
     if not (Path(env["MINARI_DATASETS_PATH"]) / "primal-dt" / "hopper" / "medium-v0").exists():
-        primal_dt("datasets", "make", "--env", "hopper", "--recipe", "policy", "--name", "medium",
-                  "--policy", str(POLICIES / "sac" / "Hopper-v5.zip"), "--steps", "20000",
-                  "--expert-policy", str(POLICIES / "tqc" / "Hopper-v5.zip"), "--no-progress",
-                  env=env)  # fmt: skip
+        primal_dt(
+            "datasets",
+            "make",
+            "--env",
+            "hopper",
+            "--recipe",
+            "policy",
+            "--name",
+            "medium",
+            "--policy",
+            str(POLICIES / "sac" / "Hopper-v5.zip"),
+            "--steps",
+            "20000",
+            "--expert-policy",
+            str(POLICIES / "tqc" / "Hopper-v5.zip"),
+            "--no-progress",
+            env=env,
+        )
 
 
 def train_and_measure(model: str, precision: str, seed: int, folder: Path, env: dict) -> dict:
     task, config, steps, overrides = MODELS[model]
     run = folder / f"{config}-{precision}-s{seed}"
     settings = [*overrides, f'train.precision="{precision}"', "train.eval_every=0"]
-    primal_dt("train", "--env", task, "--config", config, "--device", "cpu", "--steps",
-              str(steps), "--seed", str(seed), "--final-episodes", "10", "--run-dir", str(run),
-              "--no-progress", "--offline", *[a for s in settings for a in ("--set", s)],
-              env=env)  # fmt: skip
+    primal_dt(
+        "train",
+        "--env",
+        task,
+        "--config",
+        config,
+        "--device",
+        "cpu",
+        "--steps",
+        str(steps),
+        "--seed",
+        str(seed),
+        "--final-episodes",
+        "10",
+        "--run-dir",
+        str(run),
+        "--no-progress",
+        "--offline",
+        *[a for s in settings for a in ("--set", s)],
+        env=env,
+    )
     (final,) = [json.loads(line) for line in (run / "eval.jsonl").read_text().splitlines()]
-    (curve,) = json.loads(primal_dt("eval", "--ckpt", str(run), "--target-sweep", TARGETS,
-                                    "--episodes", "5", "--device", "cpu", "--json", env=env))  # fmt: skip
+    (curve,) = json.loads(
+        primal_dt(
+            "eval",
+            "--ckpt",
+            str(run),
+            "--target-sweep",
+            TARGETS,
+            "--episodes",
+            "5",
+            "--device",
+            "cpu",
+            "--json",
+            env=env,
+        )
+    )
     assert final["precision"] == curve["precision"] == precision
     loss = read_scalars(run)["train/action_loss"][-1][1]
     points = {s["target"]: s["normalized_mean"] for s in curve["results"]}
@@ -107,11 +156,14 @@ def overlap(a: list[float], b: list[float]) -> bool:
 
 def rows_for(model: str, found: dict[str, list[dict]]) -> list[str]:
     """One model's rows: loss, score and each curve point, fp32 and bf16 over the seeds."""
-    measures = [("final train/action_loss", lambda r: r["loss"]),
-                ("final score (normalised, better target)", lambda r: r["score"])]  # fmt: skip
+    measures = [
+        ("final train/action_loss", lambda r: r["loss"]),
+        ("final score (normalised, better target)", lambda r: r["score"]),
+    ]
     targets = found["fp32"][0]["curve"]
-    measures += [(f"normalised return at target {t:g}", lambda r, t=t: r["curve"][t])
-                 for t in targets]  # fmt: skip
+    measures += [
+        (f"normalised return at target {t:g}", lambda r, t=t: r["curve"][t]) for t in targets
+    ]
     rows = []
     for name, value in measures:
         fp32 = [value(r) for r in found["fp32"]]

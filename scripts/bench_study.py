@@ -46,8 +46,12 @@ def start_worker(checkout: Path) -> subprocess.Popen:
     env.pop("OMP_NUM_THREADS", None)
     return subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--worker"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=checkout,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=checkout,
+    )
 
 
 def ask(worker: subprocess.Popen, message: dict[str, Any]) -> None:
@@ -151,16 +155,24 @@ def measure(args: argparse.Namespace, checkouts: dict[str, Path]) -> dict[str, d
     for round_ in range(args.rounds):
         for cell in cells:
             for code, pool in workers.items():
-                ask(pool[0], {"do": "time", "name": cell.name, "steps": args.steps,
-                              "threads": cell["threads"]})  # fmt: skip
+                ask(
+                    pool[0],
+                    {
+                        "do": "time",
+                        "name": cell.name,
+                        "steps": args.steps,
+                        "threads": cell["threads"],
+                    },
+                )
                 took = answer(pool[0])["seconds"]
                 seconds[code][cell.name] = seconds[code].get(cell.name, 0.0) + took
                 if cell["threads"] != 1 or cores == 1:
                     continue
                 start = time.perf_counter()  # parallel: every worker trains at once
                 for worker in pool:
-                    ask(worker, {"do": "time", "name": cell.name, "steps": args.steps,
-                                 "threads": 1})  # fmt: skip
+                    ask(
+                        worker, {"do": "time", "name": cell.name, "steps": args.steps, "threads": 1}
+                    )
                 for worker in pool:
                     answer(worker)
                 parallel = f"{cell.name} parallel x{cores}"
@@ -213,8 +225,10 @@ def publish_table(found: dict[str, dict[str, float]], args: argparse.Namespace) 
     from doc_tables import publish
 
     now, before = found["now"], found[args.baseline]
-    rows = [f"| {name} | {now[name]:.3g} | {before[name]:.3g} | {now[name] / before[name]:.2f}x |"
-            for name in now]  # fmt: skip
+    rows = [
+        f"| {name} | {now[name]:.3g} | {before[name]:.3g} | {now[name] / before[name]:.2f}x |"
+        for name in now
+    ]
     caption = (
         f"The matched config's training step (batch 64, K 20; kind in the last block, precision, "
         f"threads; parallel: one run per core, one thread each, steps/s of the whole study) now "

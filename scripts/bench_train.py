@@ -74,7 +74,7 @@ TINY_SIZES = {
             "model.primal_rank=8",
             "train.batch_size=8",
         ),
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -149,8 +149,12 @@ def step_flops(trainer: Trainer) -> int:
     return counter.get_total_flops()
 
 
-MATRIX_PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
-                   torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}  # fmt: skip
+MATRIX_PRODUCTS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default,
+    torch.ops.aten.baddbmm.default,
+}
 
 
 class TensorSpec(NamedTuple):
@@ -169,8 +173,10 @@ class MatrixProductRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func in MATRIX_PRODUCTS:
-            spec = [TensorSpec(a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
-                    for a in args]  # fmt: skip
+            spec = [
+                TensorSpec(a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
+                for a in args
+            ]
             self.calls.append((func, spec))
         return func(*args, **(kwargs or {}))
 
@@ -243,13 +249,20 @@ def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
         for name, peak in warmup_peak.items():
             if f"{name} bytes" in memory:  # CUDA graphs' memory pool is allocated while recording
                 memory[f"{name} bytes"] = max(memory[f"{name} bytes"], peak)
-        flops = {} if point["compile"] else {
-            f"{name} flops": step_flops(trainer) for name, trainer in trainers.items()
-        }  # fmt: skip
-        rates = {} if point["compile"] or device.type != "cpu" else {
-            f"{name} matrix rate": matrix_product_rate(trainer)
-            for name, trainer in trainers.items() if not name.endswith(EVERY_TOKEN)
-        }  # fmt: skip
+        flops = (
+            {}
+            if point["compile"]
+            else {f"{name} flops": step_flops(trainer) for name, trainer in trainers.items()}
+        )
+        rates = (
+            {}
+            if point["compile"] or device.type != "cpu"
+            else {
+                f"{name} matrix rate": matrix_product_rate(trainer)
+                for name, trainer in trainers.items()
+                if not name.endswith(EVERY_TOKEN)
+            }
+        )
     speeds = {name: per_round * point["rounds"] / sum(seconds[name]) for name in runs}
     return {**speeds, **memory, **flops, **rates}
 
@@ -262,8 +275,9 @@ def measure_memory(point: dict[str, Any]) -> dict[str, Any]:
     """Peak resident size of one model's training steps in a process of its own (CPU), above the
     resident model, optimizer and data."""
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = make_trainer(point, point["primal_blocks"], Path(run_dir), False,
-                               point["precision"])  # fmt: skip
+        trainer = make_trainer(
+            point, point["primal_blocks"], Path(run_dir), False, point["precision"]
+        )
         baseline = reset_peak_memory(trainer.device)
         run_steps(trainer, point["warmup"])
         return {"bytes": peak_memory(trainer.device, baseline)}
@@ -282,9 +296,13 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=10, help="alternating rounds (default 10)")
     parser.add_argument(
-        "--compile", nargs="?", const="default", choices=COMPILE_MODES, metavar="MODE",
+        "--compile",
+        nargs="?",
+        const="default",
+        choices=COMPILE_MODES,
+        metavar="MODE",
         help="also time torch.compile'd steps (bf16), in this mode (default: default)",
-    )  # fmt: skip
+    )
     parser.add_argument("--tiny", action="store_true", help="a tiny model instead (dry runs)")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
@@ -338,13 +356,22 @@ def main() -> None:
                 for p in ((DEFAULT_PRECISION,) if compiled else precisions)
                 for every in ((False,) if compiled or p != DEFAULT_PRECISION else (False, True))
             }
-            point = {"config": config, "overrides": list(overrides), "device": args.device,
-                     "compile": compiled, "warmup": 30 if compiled else 10}  # fmt: skip
+            point = {
+                "config": config,
+                "overrides": list(overrides),
+                "device": args.device,
+                "compile": compiled,
+                "warmup": 30 if compiled else 10,
+            }
             found = measure_side_by_side(
-                __file__, {**point, "steps": steps, "rounds": args.rounds, "models": models},
-                {name: {"primal_blocks": blocks, "precision": p}
-                 for name, (blocks, every, p) in models.items() if not every},
-            )  # fmt: skip
+                __file__,
+                {**point, "steps": steps, "rounds": args.rounds, "models": models},
+                {
+                    name: {"primal_blocks": blocks, "precision": p}
+                    for name, (blocks, every, p) in models.items()
+                    if not every
+                },
+            )
             mode = f"torch.compile ({compiled})" if compiled else "eager"
             print(label, mode, found, flush=True)
             for p in (DEFAULT_PRECISION,) if compiled else precisions:

@@ -37,8 +37,16 @@ def main() -> None:
         printed = primal_dt("eval", "--ckpt", shown, env=env)
         sample = f"```\n$ primal-dt eval --ckpt {shown}\n{printed.rstrip()}\n```"
         write_section("eval-sample", sample)
-        primal_dt("eval", "--ckpt", str(run.path), "--target-sweep", "0:4000:9", "--episodes",
-                  "10", env=env)  # fmt: skip
+        primal_dt(
+            "eval",
+            "--ckpt",
+            str(run.path),
+            "--target-sweep",
+            "0:4000:9",
+            "--episodes",
+            "10",
+            env=env,
+        )
         shutil.copy(run.return_curve(1000)[1], FIGURES / "return_curve_hopper-bundled.png")
         primal_dt("eval", "--ckpt", str(run.path), "--targets", "3600", "--video", env=env)
         (video,) = run.videos.glob("*.mp4")

@@ -32,23 +32,72 @@ from primal_dt.common.cpu import quiet_waits
 GROUPS = {  # group -> aten operators (without the "aten::" prefix)
     "matrix products (mm, addmm, bmm)": ("mm", "addmm", "bmm", "baddbmm"),
     "dtype casts (copy_, _to_copy)": ("copy_", "_to_copy"),
-    "dropout masks (integer hash)": ("bitwise_right_shift", "bitwise_and_", "bitwise_xor_",
-                                     "bitwise_not_", "bitwise_right_shift_", "arange"),
-    "element-wise arithmetic": ("mul", "mul_", "add", "add_", "sub", "sub_", "div", "div_",
-                                "where", "masked_fill_", "addcmul_", "fill_", "zero_", "neg",
-                                "clamp", "clamp_min", "reciprocal", "tanh", "tanh_backward",
-                                "pow", "rsub", "bitwise_or", "bitwise_not", "tril", "eq", "ge"),
+    "dropout masks (integer hash)": (
+        "bitwise_right_shift",
+        "bitwise_and_",
+        "bitwise_xor_",
+        "bitwise_not_",
+        "bitwise_right_shift_",
+        "arange",
+    ),
+    "element-wise arithmetic": (
+        "mul",
+        "mul_",
+        "add",
+        "add_",
+        "sub",
+        "sub_",
+        "div",
+        "div_",
+        "where",
+        "masked_fill_",
+        "addcmul_",
+        "fill_",
+        "zero_",
+        "neg",
+        "clamp",
+        "clamp_min",
+        "reciprocal",
+        "tanh",
+        "tanh_backward",
+        "pow",
+        "rsub",
+        "bitwise_or",
+        "bitwise_not",
+        "tril",
+        "eq",
+        "ge",
+    ),
     "GELU, forward and backward": ("gelu", "gelu_backward"),
     "LayerNorm, forward and backward": ("native_layer_norm", "native_layer_norm_backward"),
     "softmax, forward and backward": ("_softmax", "_softmax_backward_data"),
-    "reductions (sum, cumsum, norms)": ("sum", "cumsum", "linalg_vector_norm", "mean", "all",
-                                        "_foreach_norm", "linalg_vecdot", "isfinite"),
+    "reductions (sum, cumsum, norms)": (
+        "sum",
+        "cumsum",
+        "linalg_vector_norm",
+        "mean",
+        "all",
+        "_foreach_norm",
+        "linalg_vecdot",
+        "isfinite",
+    ),
     "AdamW (fused) and gradient clipping": ("_fused_adamw_", "_foreach_mul_", "_foreach_add_"),
-    "sampling, indexing, concatenation": ("index", "cat", "stack", "embedding",
-                                          "embedding_dense_backward", "index_select",
-                                          "repeat_interleave", "randint", "random_", "gather",
-                                          "index_put_", "_index_put_impl_", "scatter_add_"),
-}  # fmt: skip
+    "sampling, indexing, concatenation": (
+        "index",
+        "cat",
+        "stack",
+        "embedding",
+        "embedding_dense_backward",
+        "index_select",
+        "repeat_interleave",
+        "randint",
+        "random_",
+        "gather",
+        "index_put_",
+        "_index_put_impl_",
+        "scatter_add_",
+    ),
+}
 GROUP_OF = {op: group for group, ops in GROUPS.items() for op in ops}
 OTHER = "everything else (allocation, views, autograd bookkeeping)"
 SIZES = {"DT paper size": "dt", "Primal paper size": "primal-dt"}
@@ -61,8 +110,12 @@ def profile_point(point: dict[str, Any]) -> dict[str, Any]:
 
     torch.set_num_threads(point["threads"])
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = make_trainer({"config": point["config"], "device": "cpu", "compile": None},
-                               "last", Path(run_dir), precision=point["precision"])  # fmt: skip
+        trainer = make_trainer(
+            {"config": point["config"], "device": "cpu", "compile": None},
+            "last",
+            Path(run_dir),
+            precision=point["precision"],
+        )
         batch_size = trainer.config.train.batch_size
         for _ in range(5):
             trainer.train_step(trainer.sampler.sample(batch_size))
@@ -95,8 +148,12 @@ def main() -> None:
     columns = {}
     for label, config in SIZES.items():
         for threads in map(int, args.threads.split(",")):
-            point = {"config": config, "threads": threads, "steps": args.steps,
-                     "precision": args.precision}  # fmt: skip
+            point = {
+                "config": config,
+                "threads": threads,
+                "steps": args.steps,
+                "precision": args.precision,
+            }
             found = run_isolated(__file__, point)
             print(label, threads, found, flush=True)
             columns[f"{label}, {threads} thread" + ("s" if threads > 1 else "")] = found

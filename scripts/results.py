@@ -66,12 +66,18 @@ RESULTS_PAGE = ROOT / "docs" / "results.md"
 # and one thread, as D4RL made its medium-replay data; <env>-expert: episodes of the TQC expert in
 # tests/policies/tqc; <env>-medium-expert: the medium and expert datasets in one, equal in steps, as
 # D4RL's (a million steps of each).
-RECORDED = {"halfcheetah": ("HalfCheetah-v5", 0), "hopper": ("Hopper-v5", 1),
-            "walker2d": ("Walker2d-v5", 0)}  # fmt: skip
+RECORDED = {
+    "halfcheetah": ("HalfCheetah-v5", 0),
+    "hopper": ("Hopper-v5", 1),
+    "walker2d": ("Walker2d-v5", 0),
+}
 SAC_BUDGET = 120000  # SAC steps at most, as for the medium policies
 # The results page's section for a study on the datasets of one quality (docs/results.md).
-SECTIONS = {"medium": "results", "medium-replay": "results-replay",
-            "medium-expert": "results-expert"}  # fmt: skip
+SECTIONS = {
+    "medium": "results",
+    "medium-replay": "results-replay",
+    "medium-expert": "results-expert",
+}
 # Studies of their own, said apart in the README's summary and not counted among its datasets.
 STUDIES_APART = {
     "results-attentions": (
@@ -92,25 +98,50 @@ def make_arguments(task: str, root: Path, steps: int) -> list[str] | None:
     if name not in RECORDED or quality not in ("medium", "expert", *SECTIONS):
         return None
     gym_id, sac_seed = RECORDED[name]
-    common = ["--env", name, "--expert-policy", str(POLICIES / "tqc" / f"{gym_id}.zip"),
-              "--no-progress"]  # fmt: skip
+    common = [
+        "--env",
+        name,
+        "--expert-policy",
+        str(POLICIES / "tqc" / f"{gym_id}.zip"),
+        "--no-progress",
+    ]
     if quality in ("medium", "expert"):
         policy = POLICIES / ("medium" if quality == "medium" else "tqc") / f"{gym_id}.zip"
-        return [*common, "--recipe", "policy", "--name", quality, "--steps", str(steps),
-                "--policy", str(policy)]  # fmt: skip
+        return [
+            *common,
+            "--recipe",
+            "policy",
+            "--name",
+            quality,
+            "--steps",
+            str(steps),
+            "--policy",
+            str(policy),
+        ]
     if quality == "medium-expert":
         return [*common, "--recipe", "medium-expert", "--offline"]
-    return [*common, "--recipe", "medium-replay", "--seed", str(sac_seed),
-            "--max-steps", str(SAC_BUDGET),
-            "--policy-out", str(root.parent / "replay-policies" / f"{gym_id}.zip")]  # fmt: skip
+    return [
+        *common,
+        "--recipe",
+        "medium-replay",
+        "--seed",
+        str(sac_seed),
+        "--max-steps",
+        str(SAC_BUDGET),
+        "--policy-out",
+        str(root.parent / "replay-policies" / f"{gym_id}.zip"),
+    ]
 
 
 def recording_stages(tasks: list[str]) -> list[list[str]]:
     """The datasets to record for tasks, in two stages: first every single dataset (a
     combination's parts among them), then the combinations (medium-expert), which read them."""
     combined = [task for task in tasks if task.endswith("-medium-expert")]
-    parts = [task.replace("-medium-expert", f"-{part}") for task in combined
-             for part in ("medium", "expert")]  # fmt: skip
+    parts = [
+        task.replace("-medium-expert", f"-{part}")
+        for task in combined
+        for part in ("medium", "expert")
+    ]
     single = [task for task in tasks if task not in combined]
     return [list(dict.fromkeys([*single, *parts])), combined]
 
@@ -129,8 +160,12 @@ def record(root: Path, tasks: list[str], steps: int, env: dict[str, str], parall
                 print(f"recording {task}", flush=True)
                 missing.append(arguments)
         with ThreadPoolExecutor(max(1, parallel)) as pool:
-            list(pool.map(lambda arguments: primal_dt("datasets", "make", *arguments,
-                                                      env=one_thread), missing))  # fmt: skip
+            list(
+                pool.map(
+                    lambda arguments: primal_dt("datasets", "make", *arguments, env=one_thread),
+                    missing,
+                )
+            )
 
 
 def matched_config(out: Path, kind: str) -> Path:
@@ -201,34 +236,62 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, help="training steps per run (the config's)")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds (0,1,2,3,4)")
-    parser.add_argument("--dataset-steps", type=int, default=1_000_000,
-                        help="steps recorded per medium or expert dataset (1,000,000: D4RL's)")  # fmt: skip
+    parser.add_argument(
+        "--dataset-steps",
+        type=int,
+        default=1_000_000,
+        help="steps recorded per medium or expert dataset (1,000,000: D4RL's)",
+    )
     parser.add_argument("--tasks", help="tasks instead of the recorded medium ones")
     datasets = parser.add_mutually_exclusive_group()
-    datasets.add_argument("--replay", action="store_true",
-                          help="the recorded medium-replay datasets instead (trains SAC to make them)")  # fmt: skip
-    datasets.add_argument("--medium-expert", action="store_true",
-                          help="the recorded medium-expert datasets instead (records the expert's)")  # fmt: skip
-    parser.add_argument("--attentions", default="softmax,primal",
-                        help="kinds in the matched config's last block, or 'all' (softmax,primal)")  # fmt: skip
-    parser.add_argument("--bc", action=argparse.BooleanOptionalAction, default=True,
-                        help="also matched-bc: softmax without return conditioning (on)")  # fmt: skip
+    datasets.add_argument(
+        "--replay",
+        action="store_true",
+        help="the recorded medium-replay datasets instead (trains SAC to make them)",
+    )
+    datasets.add_argument(
+        "--medium-expert",
+        action="store_true",
+        help="the recorded medium-expert datasets instead (records the expert's)",
+    )
+    parser.add_argument(
+        "--attentions",
+        default="softmax,primal",
+        help="kinds in the matched config's last block, or 'all' (softmax,primal)",
+    )
+    parser.add_argument(
+        "--bc",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also matched-bc: softmax without return conditioning (on)",
+    )
     parser.add_argument("--episodes", type=int, help="final episodes per target (the config's)")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (2)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default="results", help="where datasets and runs go (results)")
     parser.add_argument("--paper", action="store_true", help="the papers' configs at their budget")
-    parser.add_argument("--compare-init", action="store_true",
-                        help="Primal-DT with each initialisation of We and Wr (model.attention_settings.primal.init)")  # fmt: skip
-    parser.add_argument("--section",
-                        help="the docs section to write (default: the study's quality's; "
-                             "<that>-<env> for some of its tasks apart, counted in the summary)")  # fmt: skip
+    parser.add_argument(
+        "--compare-init",
+        action="store_true",
+        help="Primal-DT with each initialisation of We and Wr (model.attention_settings.primal.init)",
+    )
+    parser.add_argument(
+        "--section",
+        help="the docs section to write (default: the study's quality's; "
+        "<that>-<env> for some of its tasks apart, counted in the summary)",
+    )
     parser.add_argument("--write-docs", action="store_true")
-    parser.add_argument("--record-only", action="store_true",
-                        help="record the datasets the study needs, and train nothing")  # fmt: skip
-    parser.add_argument("--combine", action="store_true",
-                        help="read the runs of the tasks' sections made apart (<section>-<env>) "
-                             "together, and train nothing")  # fmt: skip
+    parser.add_argument(
+        "--record-only",
+        action="store_true",
+        help="record the datasets the study needs, and train nothing",
+    )
+    parser.add_argument(
+        "--combine",
+        action="store_true",
+        help="read the runs of the tasks' sections made apart (<section>-<env>) "
+        "together, and train nothing",
+    )
     args = parser.parse_args()
     out = Path(args.out).resolve()
     env = {**os.environ, "MINARI_DATASETS_PATH": str(out / "minari")}
@@ -249,10 +312,25 @@ def main() -> None:
     steps = ["--steps", str(args.steps)] if args.steps else []
     # Each section's runs and report apart: the report covers every run below its folder.
     runs, reported = out / f"{section}-runs", out / f"{section}-report"
-    primal_dt("sweep", "--tasks", ",".join(tasks), "--seeds", args.seeds, "--configs", configs,
-              "--runs-dir", str(runs), *steps, "--device", args.device,
-              "--parallel", str(args.parallel), "--offline",
-              *[a for s in settings for a in ("--set", s)], env=env)  # fmt: skip
+    primal_dt(
+        "sweep",
+        "--tasks",
+        ",".join(tasks),
+        "--seeds",
+        args.seeds,
+        "--configs",
+        configs,
+        "--runs-dir",
+        str(runs),
+        *steps,
+        "--device",
+        args.device,
+        "--parallel",
+        str(args.parallel),
+        "--offline",
+        *[a for s in settings for a in ("--set", s)],
+        env=env,
+    )
     primal_dt("report", str(runs), "--out", str(reported), env=env)
     minutes, records = study_minutes(runs), recorded(runs)
     pace = f"{study_steps(runs) / (minutes / 60):,.0f}" if minutes else "no recorded session's"
@@ -264,18 +342,20 @@ def main() -> None:
         else [(picture.name, picture) for picture in sorted(reported.glob("*.png"))]
     )
     seeds = len(args.seeds.split(","))
-    text = "\n".join([
-        f"Made by `python scripts/results.py` ({section}) on {date.today()}, on "
-        f"{study_machines(records)}, trained in {study_precision(records)}, "
-        f"{minutes:.0f} minutes of training (each session of each run from its start to its "
-        f"final evaluation, overlaps counted once; {pace} training steps "
-        f"an hour of the study, evaluations included): {len(tasks)} "
-        f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x {seeds} seeds.",
-        "",
-        section_of(report),
-        "",
-        *[f"![{name}]({figure_link(path)})\n" for name, path in pictures],
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            f"Made by `python scripts/results.py` ({section}) on {date.today()}, on "
+            f"{study_machines(records)}, trained in {study_precision(records)}, "
+            f"{minutes:.0f} minutes of training (each session of each run from its start to its "
+            f"final evaluation, overlaps counted once; {pace} training steps "
+            f"an hour of the study, evaluations included): {len(tasks)} "
+            f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {compared} x {seeds} seeds.",
+            "",
+            section_of(report),
+            "",
+            *[f"![{name}]({figure_link(path)})\n" for name, path in pictures],
+        ]
+    )
     print(text)
     if args.write_docs:
         write_section(section, text)
@@ -316,16 +396,18 @@ def combine(
     configs = sorted({record.config_name for record in records})
     seeds = len({record.config.train.seed for record in records})
     names = ", ".join(f"{section}-{task.partition('-')[0]}" for task in tasks)
-    text = "\n".join([
-        f"Made by `python scripts/results.py{flag} --combine` ({section}) on {date.today()}, "
-        f"from the runs of the sections made apart below ({names}), read together; on "
-        f"{study_machines(records)}, trained in {study_precision(records)}: {len(tasks)} "
-        f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {', '.join(configs)} x {seeds} "
-        f"seeds. Here, what they say over the tasks; each task's scores, comparisons, curves "
-        f"and spectra are in its own section.",
-        "",
-        text,
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            f"Made by `python scripts/results.py{flag} --combine` ({section}) on {date.today()}, "
+            f"from the runs of the sections made apart below ({names}), read together; on "
+            f"{study_machines(records)}, trained in {study_precision(records)}: {len(tasks)} "
+            f"task{'s' * (len(tasks) > 1)} ({', '.join(tasks)}) x {', '.join(configs)} x {seeds} "
+            f"seeds. Here, what they say over the tasks; each task's scores, comparisons, curves "
+            f"and spectra are in its own section.",
+            "",
+            text,
+        ]
+    )
     print(text)
     if args.write_docs:
         write_section(section, text)
@@ -349,13 +431,22 @@ def first_paragraph(report: str, corl: CorlScores, batch_size: int) -> str:
     (the paired difference over tasks of matched-primal against matched-softmax, and per task),
     which curves are flat, and what fraction of CORL's DT score the baseline reaches at this
     budget (the report's side table)."""
-    over = [s for s in _sentences(report, OVER_TASKS_HEADING.removeprefix("## "))
-            if s.startswith("matched-primal − matched-softmax")]  # fmt: skip
-    per_task = [float(n) for s in _sentences(report, "Comparisons per task")
-                if s.startswith("matched-primal − matched-softmax")
-                for n in re.findall(r"could detect ([\d.]+) points", s)]  # fmt: skip
-    side = re.findall(r"(?m)^\| ([\w.-]+) \| ([\d,]+) steps, ([\d,]+) parameters \| ([\d.-]+) .*"
-                      r"\| ([\d.]+) \|$", report)  # fmt: skip
+    over = [
+        s
+        for s in _sentences(report, OVER_TASKS_HEADING.removeprefix("## "))
+        if s.startswith("matched-primal − matched-softmax")
+    ]
+    per_task = [
+        float(n)
+        for s in _sentences(report, "Comparisons per task")
+        if s.startswith("matched-primal − matched-softmax")
+        for n in re.findall(r"could detect ([\d.]+) points", s)
+    ]
+    side = re.findall(
+        r"(?m)^\| ([\w.-]+) \| ([\d,]+) steps, ([\d,]+) parameters \| ([\d.-]+) .*"
+        r"\| ([\d.]+) \|$",
+        report,
+    )
     if not side:
         return "The matched study's report has no side table against CORL's DT: nothing to say."
     steps, parameters = int(side[0][1].replace(",", "")), side[0][2]
@@ -390,15 +481,23 @@ def flatness_sentence(curves: list[str]) -> str:
     """How many of the report's curves are flat, the widest interval among them (a flat verdict
     from a wide interval cannot rule out a change that large), and the ones that are not."""
     flat = [s for s in curves if s.endswith(f"{FLAT}.")]
-    others = [f"{s.split(':')[0]} ({s.rsplit(': ', 1)[1].rstrip('.')})" for s in curves
-              if s not in flat]  # fmt: skip
-    sentence = (f"Over the last quarter of training, {len(flat)} of the {len(curves)} curves (task "
-                f"and config) are flat within the seeds' spread")  # fmt: skip
-    widths = [(float(high) - float(low)) / 2 for s in flat
-              for low, high in re.findall(r"\[([-+\d.]+), ([-+\d.]+)\]", s)]  # fmt: skip
+    others = [
+        f"{s.split(':')[0]} ({s.rsplit(': ', 1)[1].rstrip('.')})" for s in curves if s not in flat
+    ]
+    sentence = (
+        f"Over the last quarter of training, {len(flat)} of the {len(curves)} curves (task "
+        f"and config) are flat within the seeds' spread"
+    )
+    widths = [
+        (float(high) - float(low)) / 2
+        for s in flat
+        for low, high in re.findall(r"\[([-+\d.]+), ([-+\d.]+)\]", s)
+    ]
     if widths:
-        sentence += (f", though their intervals on the change reach ±{max(widths):.1f} points, so "
-                     f"a change up to that size may go undetected")  # fmt: skip
+        sentence += (
+            f", though their intervals on the change reach ±{max(widths):.1f} points, so "
+            f"a change up to that size may go undetected"
+        )
     return sentence + (f"; not flat: {'; '.join(others)}." if others else ".")
 
 
@@ -532,8 +631,9 @@ def _overlap(sentences: list[str]) -> str:
     """Where the count holds a medium-expert dataset and its medium one: the first contains the
     second (D4RL's way), so they are not independent, and the count says so."""
     tasks = {found[1] for s in sentences if (found := re.search(r" on ([\w.-]+?)(?=[: ]|$)", s))}
-    both = sorted(t for t in tasks if t.endswith("-medium-expert")
-                  and t.removesuffix("-expert") in tasks)  # fmt: skip
+    both = sorted(
+        t for t in tasks if t.endswith("-medium-expert") and t.removesuffix("-expert") in tasks
+    )
     if not both:
         return ""
     return (
@@ -646,9 +746,11 @@ def training_sessions(folder: Path) -> list[tuple[float, float]]:
     file's mtime, so a copy must keep mtimes), so an extended run's idle time between its sessions
     is not counted. An external evaluator (eval.service="external") started long after its
     session would stretch that session: the studies evaluate beside training."""
-    opened = sorted((float(found[1]), bool(found[2]), path.stat().st_mtime)
-                    for path in folder.glob("events.out.tfevents.*")
-                    if (found := EVENT_FILE.fullmatch(path.name)))  # fmt: skip
+    opened = sorted(
+        (float(found[1]), bool(found[2]), path.stat().st_mtime)
+        for path in folder.glob("events.out.tfevents.*")
+        if (found := EVENT_FILE.fullmatch(path.name))
+    )
     sessions: list[tuple[float, float]] = []
     for start, is_eval, written in opened:
         if not is_eval:

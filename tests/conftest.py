@@ -199,8 +199,14 @@ def hopper_policy() -> tuple[Policy, TaskRecord]:
     """An untrained but deterministic policy; reset noise makes the episodes end at different
     steps, some by falling (termination) and some at the 20-step limit (truncation)."""
     torch.manual_seed(0)
-    config = ModelConfig(embed_dim=32, n_layer=2, n_head=2, context_len=5,
-                         attention=["softmax", "primal"], attention_settings={"primal": {"rank": 8}})  # fmt: skip
+    config = ModelConfig(
+        embed_dim=32,
+        n_layer=2,
+        n_head=2,
+        context_len=5,
+        attention=["softmax", "primal"],
+        attention_settings={"primal": {"rank": 8}},
+    )
     model = DecisionTransformer(config, 11, 3, 1000)
     policy = Policy(model, torch.zeros(11), torch.full((11,), 0.2), 1000.0, torch.device("cpu"))
     task = TaskRecord(

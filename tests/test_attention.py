@@ -306,10 +306,16 @@ def test_the_cpu_attention_computes_what_sdpa_computes() -> None:
 
 # Settings small enough for LENGTH tokens to cross chunks, buckets and hash rounds.
 SMALL = ModelConfig(
-    embed_dim=EMBED, n_head=HEADS, dropout=0.1, context_len=LENGTH,
-    attention_settings={"primal": {"rank": RANK}, "performer": {"features": 12},
-                        "reformer": {"buckets": 4, "chunk": 3, "hashes": 2}},
-)  # fmt: skip
+    embed_dim=EMBED,
+    n_head=HEADS,
+    dropout=0.1,
+    context_len=LENGTH,
+    attention_settings={
+        "primal": {"rank": RANK},
+        "performer": {"features": 12},
+        "reformer": {"buckets": 4, "chunk": 3, "hashes": 2},
+    },
+)
 
 
 def make_layer(kind: str, dtype: torch.dtype = torch.float32, seed: int = 0) -> AttentionLayer:
@@ -494,8 +500,10 @@ def test_outputs_at_rows_cost_only_their_rows(kind: str, objective: bool) -> Non
         counts = counter.get_flop_counts()
         matrix = {"aten.mm", "aten.addmm", "aten.bmm"}
         total = sum(n for op, n in counts["Global"].items() if str(op) in matrix)
-        p5 = sum(sum(counts.get(f"{type(layer).__name__}.{name}", {}).values())
-                 for name in ("concat", "proj"))  # fmt: skip
+        p5 = sum(
+            sum(counts.get(f"{type(layer).__name__}.{name}", {}).values())
+            for name in ("concat", "proj")
+        )
         return total, p5
 
     full, p5 = products(None)
@@ -539,9 +547,13 @@ def square_tensors(shapes: list[tuple[str, tuple[int, ...]]], length: int) -> li
 def record_block(kind: str, length: int) -> list[tuple[str, tuple[int, ...]]]:
     torch.manual_seed(6)
     config = ModelConfig(
-        embed_dim=32, n_layer=1, n_head=2, dropout=0.1, context_len=length,
+        embed_dim=32,
+        n_layer=1,
+        n_head=2,
+        dropout=0.1,
+        context_len=length,
         attention_settings={"primal": {"rank": 8}, "performer": {"features": 16}},
-    )  # fmt: skip
+    )
     block = Block(config, kind).train()
     x = torch.randn(2, length, config.embed_dim, requires_grad=True)
     mask = torch.ones(2, length, dtype=torch.bool)
@@ -578,9 +590,13 @@ def test_all_primal_decision_transformer_has_no_length_squared_tensor() -> None:
     torch.manual_seed(7)
     context = 171  # 3 * 171 = 513 tokens
     config = ModelConfig(
-        embed_dim=32, n_layer=2, n_head=2, context_len=context, attention="primal",
+        embed_dim=32,
+        n_layer=2,
+        n_head=2,
+        context_len=context,
+        attention="primal",
         attention_settings={"primal": {"rank": 8}},
-    )  # fmt: skip
+    )
     model = DecisionTransformer(config, state_dim=5, act_dim=3, max_timestep=1000).eval()
     batch = 2
     inputs = (

@@ -35,9 +35,24 @@ TABLE = list(paper_scores().columns)  # dt, linear-dt, ..., primal-dt
 
 def test_the_papers_table_trains_evaluates_and_is_reported(minari_root, tmp_path, capsys) -> None:
     runs = tmp_path / "runs"
-    args = ["sweep", "--tasks", "hopper-medium", "--seeds", "0", "--configs", ",".join(TABLE),
-            "--runs-dir", str(runs), "--steps", "4", "--device", "cpu", "--offline",
-            "--final-episodes", "1"]  # fmt: skip
+    args = [
+        "sweep",
+        "--tasks",
+        "hopper-medium",
+        "--seeds",
+        "0",
+        "--configs",
+        ",".join(TABLE),
+        "--runs-dir",
+        str(runs),
+        "--steps",
+        "4",
+        "--device",
+        "cpu",
+        "--offline",
+        "--final-episodes",
+        "1",
+    ]
     for setting in (*TINY, "eval.targets=[1800.0]"):
         args += ["--set", setting]
     assert main(args) == 0
@@ -72,32 +87,61 @@ def test_kinds_per_block_and_their_errors() -> None:
     with pytest.raises(ConfigError, match="lists 1 kinds for 3 blocks"):
         ModelConfig(n_layer=3, attention=["linear"]).validate()
     with pytest.raises(ConfigError, match=r"model.primal_blocks \(its older form\) must be left"):
-        load_config(None, ['model.attention=["linear","linear","linear"]',
-                           'model.primal_blocks="last"'])  # fmt: skip
+        load_config(
+            None, ['model.attention=["linear","linear","linear"]', 'model.primal_blocks="last"']
+        )
     # Each kind's settings: checked by the registry, one line naming the key.
     for kind, settings, message in [
-        ("reformer", {"reformer": {"buckets": 5}},
-         "model.attention_settings.reformer.buckets must be even"),
-        ("performer", {"performer": {"redraw": -1}},
-         "model.attention_settings.performer.redraw must be >= 0, got -1"),
-        ("performer", {"performer": {"features": "many"}},
-         "model.attention_settings.performer.features must be an integer, got 'many'"),
-        ("performer", {"performer": {"feature": 8}},
-         "unknown setting model.attention_settings.performer.feature (did you mean 'features'?)"),
-        ("softmax", {"performer": {"features": 8}},
-         "model.attention_settings.performer: no block uses performer"),
-        ("performer", {"perfomer": {"features": 8}},
-         "model.attention_settings.perfomer: unknown attention 'perfomer' (did you mean "),
-        ("softmax", {"softmax": {"heads": 2}}, "model.attention_settings.softmax: softmax has no "
-                                               "settings, got heads"),
-    ]:  # fmt: skip
+        (
+            "reformer",
+            {"reformer": {"buckets": 5}},
+            "model.attention_settings.reformer.buckets must be even",
+        ),
+        (
+            "performer",
+            {"performer": {"redraw": -1}},
+            "model.attention_settings.performer.redraw must be >= 0, got -1",
+        ),
+        (
+            "performer",
+            {"performer": {"features": "many"}},
+            "model.attention_settings.performer.features must be an integer, got 'many'",
+        ),
+        (
+            "performer",
+            {"performer": {"feature": 8}},
+            "unknown setting model.attention_settings.performer.feature (did you mean 'features'?)",
+        ),
+        (
+            "softmax",
+            {"performer": {"features": 8}},
+            "model.attention_settings.performer: no block uses performer",
+        ),
+        (
+            "performer",
+            {"perfomer": {"features": 8}},
+            "model.attention_settings.perfomer: unknown attention 'perfomer' (did you mean ",
+        ),
+        (
+            "softmax",
+            {"softmax": {"heads": 2}},
+            "model.attention_settings.softmax: softmax has no settings, got heads",
+        ),
+    ]:
         config = ModelConfig(attention=kind, attention_settings=settings)
         config.validate()
         with pytest.raises(ConfigError, match=re.escape(message)):
             check_kinds(config)
     # The older keys read as the settings they became, where a block has the kind.
-    old = load_config(None, ['model.attention="reformer"', "model.reformer_chunk=3",
-                             "model.performer_features=9", "model.primal_rank=4"]).model  # fmt: skip
+    old = load_config(
+        None,
+        [
+            'model.attention="reformer"',
+            "model.reformer_chunk=3",
+            "model.performer_features=9",
+            "model.primal_rank=4",
+        ],
+    ).model
     assert old.attention_settings == {"reformer": {"chunk": 3}}
     with pytest.raises(ConfigError, match=r"unknown attention 'flowfromer' \(did you mean "):
         check_kinds(ModelConfig(attention="flowfromer"))
@@ -121,11 +165,17 @@ def test_an_unknown_kind_is_one_line_and_writes_nothing(minari_root, tmp_path, c
 OLDER_MODELS = {
     "before-kinds": {"primal_blocks": "last", "primal_rank": 8, "primal_init": "public"},
     "before-kinds-owned-settings": {
-        "primal_blocks": "last", "primal_rank": 8, "primal_init": "public",
-        "attention": "softmax", "performer_features": 256, "performer_redraw": 1000,
-        "reformer_buckets": 8, "reformer_chunk": 16, "reformer_hashes": 4,
+        "primal_blocks": "last",
+        "primal_rank": 8,
+        "primal_init": "public",
+        "attention": "softmax",
+        "performer_features": 256,
+        "performer_redraw": 1000,
+        "reformer_buckets": 8,
+        "reformer_chunk": 16,
+        "reformer_hashes": 4,
     },
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("older", OLDER_MODELS)
@@ -178,8 +228,9 @@ def test_random_features_and_hashes_resume_bit_identical(minari_root, tmp_path) 
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output
     (weights_a, logged_a, evals_a), (weights_b, logged_b, evals_b) = (
-        fingerprint(straight), fingerprint(stopped),
-    )  # fmt: skip
+        fingerprint(straight),
+        fingerprint(stopped),
+    )
     assert {"blocks.0.attn.features", "blocks.1.attn.rotations"} <= set(weights_a)
     assert weights_a.keys() == weights_b.keys()
     for name, tensor in weights_a.items():
@@ -192,14 +243,25 @@ def test_random_features_and_hashes_resume_bit_identical(minari_root, tmp_path) 
 def test_no_attention_breaks_the_compiled_graph() -> None:
     """torch.compile traces every kind's forward as one graph (dynamo's own count of breaks)."""
     kinds = list(ATTENTIONS)
-    config = ModelConfig(embed_dim=32, n_layer=len(kinds), n_head=2, context_len=5,
-                         attention=kinds, attention_settings={"performer": {"features": 16}})  # fmt: skip
+    config = ModelConfig(
+        embed_dim=32,
+        n_layer=len(kinds),
+        n_head=2,
+        context_len=5,
+        attention=kinds,
+        attention_settings={"performer": {"features": 16}},
+    )
     model = DecisionTransformer(config, 4, 3, 100)
     batch, k = 3, 5
     mask = torch.ones(batch, k, dtype=torch.bool)
     mask[1, :2] = False
-    inputs = (torch.randn(batch, k, 4), torch.randn(batch, k, 3), torch.randn(batch, k),
-              torch.arange(k).repeat(batch, 1), mask)  # fmt: skip
+    inputs = (
+        torch.randn(batch, k, 4),
+        torch.randn(batch, k, 3),
+        torch.randn(batch, k),
+        torch.arange(k).repeat(batch, 1),
+        mask,
+    )
     explained = torch._dynamo.explain(model)(*inputs)
     assert explained.graph_break_count == 0, explained.break_reasons
     assert explained.graph_count == 1
@@ -250,8 +312,13 @@ def test_a_new_kind_is_one_class_and_one_registry_line(monkeypatch) -> None:
     again = type("Again", (PrefixMeanAttention,), {"label": "softmax"})
     with pytest.raises(ValueError, match="label 'softmax'"):
         registry.register("softmax-again", again)
-    base = ["model.n_layer=2", "model.embed_dim=16", "model.n_head=2", "model.context_len=5",
-            'model.attention=["softmax","prefix-mean"]']  # fmt: skip
+    base = [
+        "model.n_layer=2",
+        "model.embed_dim=16",
+        "model.n_head=2",
+        "model.context_len=5",
+        'model.attention=["softmax","prefix-mean"]',
+    ]
     config = load_config(None, [*base, "model.attention_settings.prefix-mean.scale=2"])
     torch.manual_seed(0)
     model = DecisionTransformer(config.model, 4, 3, 100)
@@ -263,9 +330,11 @@ def test_a_new_kind_is_one_class_and_one_registry_line(monkeypatch) -> None:
         ("scale=0.5", None),
         ("scale=-1", "model.attention_settings.prefix-mean.scale must be > 0, got -1.0"),
         ('scale="big"', "model.attention_settings.prefix-mean.scale must be a number"),
-        ("scael=2", "unknown setting model.attention_settings.prefix-mean.scael "
-                    "(did you mean 'scale'?)"),
-    ]:  # fmt: skip
+        (
+            "scael=2",
+            "unknown setting model.attention_settings.prefix-mean.scael (did you mean 'scale'?)",
+        ),
+    ]:
         bad = load_config(None, [*base, f"model.attention_settings.prefix-mean.{setting}"])
         if said is None:
             check_kinds(bad.model)
@@ -305,8 +374,11 @@ def test_the_auxiliary_loss_is_named_by_its_kind(monkeypatch) -> None:
 
     monkeypatch.setattr(registry, "ATTENTIONS", dict(registry.ATTENTIONS))
     registry.register("prefix-loss", WithLoss)
-    for kinds, name in [(["softmax", "softmax"], "ksvd_loss"), (["softmax", "primal"], "ksvd_loss"),
-                        (["softmax", "prefix-loss"], "prefix_loss"),
-                        (["primal", "prefix-loss"], "aux_loss")]:  # fmt: skip
+    for kinds, name in [
+        (["softmax", "softmax"], "ksvd_loss"),
+        (["softmax", "primal"], "ksvd_loss"),
+        (["softmax", "prefix-loss"], "prefix_loss"),
+        (["primal", "prefix-loss"], "aux_loss"),
+    ]:
         config = ModelConfig(embed_dim=16, n_layer=2, n_head=2, context_len=5, attention=kinds)
         assert DecisionTransformer(config, 4, 3, 100).aux_loss_name == name, kinds

@@ -20,8 +20,12 @@ from primal_dt.store.snapshots import read_snapshot
 
 def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
-    extra = ("train.eval_every=10", "eval.targets=[1800.0]", "train.ckpt_every=10",
-             "eval.final_episodes=3")  # fmt: skip
+    extra = (
+        "train.eval_every=10",
+        "eval.targets=[1800.0]",
+        "train.ckpt_every=10",
+        "eval.final_episodes=3",
+    )
     assert main(train_args(run_dir, 20, *extra)) == 0
     out = capsys.readouterr().out
     assert "1800.0" in out and "D4RL" in out  # the test dataset has none of its own: D4RL's
@@ -51,7 +55,8 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
             assert any(re.fullmatch(regex, tag) for tag in tags), chart.title  # it has a line
     assert logged["by_task/hopper-medium/train/ksvd_loss"] == logged["train/ksvd_loss"]
     assert {t for t in tags if re.fullmatch(charts["return per target"][0], t)} == {
-        "eval/1800/return"}  # fmt: skip
+        "eval/1800/return"
+    }
 
     ckpt = read_snapshot(run_dir / "ckpt.pt")
     assert ckpt.step == 20
@@ -68,10 +73,23 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
     # A fresh process evaluating the final checkpoint with the run's seed and the final
     # evaluation's episodes gets the numbers logged during training.
     fresh = subprocess.run(
-        [sys.executable, "-m", "primal_dt.cli", "eval", "--ckpt", str(run_dir), "--episodes",
-         "3", "--device", DEVICE, "--json"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "primal_dt.cli",
+            "eval",
+            "--ckpt",
+            str(run_dir),
+            "--episodes",
+            "3",
+            "--device",
+            DEVICE,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     (record,) = json.loads(fresh.stdout)
     assert record["task"] == "hopper-medium" and record["step"] == 20 and record["seed"] == 0
     (result,) = record["results"]
@@ -80,7 +98,9 @@ def test_train_then_eval_end_to_end(minari_root, tmp_path, capsys) -> None:
         assert isinstance(result[key], float)
     logged_record = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
     assert [(r["step"], r["episodes"], r["final"]) for r in logged_record] == [
-        (10, 2, False), (20, 3, True)]  # fmt: skip
+        (10, 2, False),
+        (20, 3, True),
+    ]
     assert record["results"] == logged_record[-1]["results"]
     assert record["score"] == result["normalized_mean"]  # the first target's (target_score)
     assert result["return_mean"] == pytest.approx(logged["eval/1800/return"][-1][1], rel=1e-6)
@@ -149,8 +169,9 @@ def test_errors_are_one_line_and_the_console_script_has_no_traceback(
     corrupt.write_bytes(b"not a checkpoint at all")
     result = subprocess.run(
         [sys.executable, "-m", "primal_dt.cli", "eval", "--ckpt", str(corrupt)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("primal-dt: error: ") and "is not a checkpoint at all" in line

@@ -75,8 +75,9 @@ def test_a_zero_byte_kernel_is_deleted_and_compiled_again(minari_root, tmp_path)
     assert f"({cache}/" in notes[0]  # the file that could not be loaded
     assert all(kernel.stat().st_size > 0 for kernel in cache.rglob("*.so"))
     assert not list(tmp_path.glob("cache.damaged-*"))
-    weights = [read_snapshot(run / "ckpt.pt").weights for run in (tmp_path / "first",
-               tmp_path / "second")]  # fmt: skip
+    weights = [
+        read_snapshot(run / "ckpt.pt").weights for run in (tmp_path / "first", tmp_path / "second")
+    ]
     for name, value in weights[0].items():
         assert torch.equal(weights[1][name], value), name
 

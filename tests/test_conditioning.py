@@ -34,8 +34,17 @@ def test_target_sweep_curve_and_report(
     for config in ("dt", "primal-dt"):
         run_dir = runs / "hopper-medium" / f"{config}-s0"
         assert main(train_args(run_dir, 10, config=config)) == 0
-        sweep = ["eval", "--ckpt", str(run_dir / "checkpoints" / "step_00000010.pt"),
-                 "--target-sweep", "0:3000:3", "--episodes", "2", "--device", "cpu"]  # fmt: skip
+        sweep = [
+            "eval",
+            "--ckpt",
+            str(run_dir / "checkpoints" / "step_00000010.pt"),
+            "--target-sweep",
+            "0:3000:3",
+            "--episodes",
+            "2",
+            "--device",
+            "cpu",
+        ]
         saved_figures.clear()
         assert main(sweep) == 0
         out, err = capsys.readouterr()
@@ -56,8 +65,9 @@ def test_target_sweep_curve_and_report(
         assert best is not None and record.dataset_best_return == best > 1000  # SAC Hopper data
         targets, achieved, spread, best_normalised = curve_points(record)
         reference = record.reference
-        assert targets[2] == pytest.approx(100 * (3000 - reference.random) / (reference.expert
-                                                                           - reference.random))  # fmt: skip
+        assert targets[2] == pytest.approx(
+            100 * (3000 - reference.random) / (reference.expert - reference.random)
+        )
         assert achieved[0] == pytest.approx(record.results[0].normalized_mean)
         assert best_normalised == pytest.approx(float(reference.normalize(best)))
 

@@ -66,8 +66,15 @@ def test_the_thread_count_is_fixed_for_the_whole_run(minari_root, tmp_path, monk
     calls: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    settings = [*TINY, "train.steps=20", "train.device='cpu'", "eval.device='cpu'",
-                "train.eval_every=5", "eval.episodes=1", "eval.final_episodes=1"]  # fmt: skip
+    settings = [
+        *TINY,
+        "train.steps=20",
+        "train.device='cpu'",
+        "eval.device='cpu'",
+        "train.eval_every=5",
+        "eval.episodes=1",
+        "eval.final_episodes=1",
+    ]
     trainer = start_run(load_config(None, settings), resolve_task("hopper-medium"), tmp_path)
     trainer.train(progress=False)
     assert calls == [2]

@@ -45,10 +45,39 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MINARI_DATASETS_PATH", str(path))
         sac, tqc = policy_file("sac", HOPPER), policy_file("tqc", HOPPER)
-        assert make("--recipe", "policy", "--policy", str(sac), "--name", "medium",
-                    "--episodes", "3", "--expert-policy", str(tqc), "--ref-episodes", "2") == 0  # fmt: skip
-        assert make("--recipe", "policy", "--policy", str(tqc), "--name", "expert",
-                    "--steps", "600", "--deterministic", "--seed", "7") == 0  # fmt: skip
+        assert (
+            make(
+                "--recipe",
+                "policy",
+                "--policy",
+                str(sac),
+                "--name",
+                "medium",
+                "--episodes",
+                "3",
+                "--expert-policy",
+                str(tqc),
+                "--ref-episodes",
+                "2",
+            )
+            == 0
+        )
+        assert (
+            make(
+                "--recipe",
+                "policy",
+                "--policy",
+                str(tqc),
+                "--name",
+                "expert",
+                "--steps",
+                "600",
+                "--deterministic",
+                "--seed",
+                "7",
+            )
+            == 0
+        )
         yield path
 
 
@@ -65,8 +94,12 @@ def test_policy_recipe_writes_a_minari_dataset_with_provenance_and_reference_sco
     assert provenance["recipe"] == "policy" and provenance["env_id"] == HOPPER
     assert provenance["episodes"] == 3 and provenance["seed"] == 0
     sac, tqc = policy_file("sac", HOPPER), policy_file("tqc", HOPPER)
-    assert provenance["policy"] == {"file": str(sac), "sha256": sha256(sac), "algorithm": "SAC",
-                                    "deterministic": False}  # fmt: skip
+    assert provenance["policy"] == {
+        "file": str(sac),
+        "sha256": sha256(sac),
+        "algorithm": "SAC",
+        "deterministic": False,
+    }
     assert provenance["reference"]["expert_policy"]["sha256"] == sha256(tqc)
     assert provenance["reference"]["expert_policy"]["algorithm"] == "TQC"
     assert {"minari", "gymnasium", "mujoco", "stable-baselines3"} <= set(provenance["versions"])
@@ -108,8 +141,11 @@ def test_task_names_resolve_to_made_datasets_and_say_which(root, tmp_path) -> No
         patch.setenv("MINARI_DATASETS_PATH", str(official))
         assert resolve_task("hopper-medium").dataset_ids == ("mujoco/hopper/medium-v0",)
         space = gym.make(HOPPER).action_space
-        write_dataset("mujoco/hopper/medium-v0", HOPPER,
-                      record_episodes(HOPPER, random_policy(space, 0), 1, seed=0))  # fmt: skip
+        write_dataset(
+            "mujoco/hopper/medium-v0",
+            HOPPER,
+            record_episodes(HOPPER, random_policy(space, 0), 1, seed=0),
+        )
         assert resolve_task("hopper-medium").dataset_ids == ("mujoco/hopper/medium-v0",)
         assert origin("mujoco/hopper/medium-v0") == f"present, in {official}"
 
@@ -145,9 +181,25 @@ def test_medium_expert_contains_both_parts(root, capsys) -> None:
 
 def test_medium_replay_records_every_transition_sac_saw(root, tmp_path, capsys) -> None:
     policy_out = tmp_path / "medium.zip"
-    assert make("--recipe", "medium-replay", "--target-return", "1", "--eval-every", "100",
-                "--eval-episodes", "1", "--learning-starts", "50", "--max-steps", "1000",
-                "--policy-out", str(policy_out)) == 0  # fmt: skip
+    assert (
+        make(
+            "--recipe",
+            "medium-replay",
+            "--target-return",
+            "1",
+            "--eval-every",
+            "100",
+            "--eval-episodes",
+            "1",
+            "--learning-starts",
+            "50",
+            "--max-steps",
+            "1000",
+            "--policy-out",
+            str(policy_out),
+        )
+        == 0
+    )
     assert "reached 1.0 after 100 steps" in capsys.readouterr().err
     dataset = minari.load_dataset("primal-dt/hopper/medium-replay-v0")
     training = dataset.storage.metadata["provenance"]["training"]
@@ -172,9 +224,27 @@ def test_medium_replay_records_every_transition_sac_saw(root, tmp_path, capsys) 
     )
 
     # Without reaching the target, the budget ends the run, and the episode in progress is kept.
-    assert make("--recipe", "medium-replay", "--name", "replay-budget", "--target-return", "1e6",
-                "--eval-every", "60", "--eval-episodes", "1", "--learning-starts", "100",
-                "--max-steps", "120", "--policy-out", str(tmp_path / "b.zip")) == 0  # fmt: skip
+    assert (
+        make(
+            "--recipe",
+            "medium-replay",
+            "--name",
+            "replay-budget",
+            "--target-return",
+            "1e6",
+            "--eval-every",
+            "60",
+            "--eval-episodes",
+            "1",
+            "--learning-starts",
+            "100",
+            "--max-steps",
+            "120",
+            "--policy-out",
+            str(tmp_path / "b.zip"),
+        )
+        == 0
+    )
     budget = minari.load_dataset("primal-dt/hopper/replay-budget-v0")
     assert budget.total_steps == 120
     assert not budget.storage.metadata["provenance"]["training"]["reached"]
@@ -255,8 +325,19 @@ def test_bundled_dataset_loads_and_trains_end_to_end(tmp_path, capsys) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MINARI_DATASETS_PATH", str(empty))
         assert resolve_task("hopper-bundled").dataset_ids == ("primal-dt/hopper/bundled-v0",)
-        args = ["train", "--env", "hopper-bundled", "--offline", "--no-progress", "--device",
-                "cpu", "--steps", "10", "--run-dir", str(tmp_path / "run")]  # fmt: skip
+        args = [
+            "train",
+            "--env",
+            "hopper-bundled",
+            "--offline",
+            "--no-progress",
+            "--device",
+            "cpu",
+            "--steps",
+            "10",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ]
         for setting in (*TINY, "eval.final_episodes=1"):
             args += ["--set", setting]
         assert main(args) == 0
@@ -302,17 +383,36 @@ def test_every_locomotion_env_records_trains_and_evaluates_offline(
     agent.learn(100)
     agent.save(tmp_path / "sac.zip")
     made = ["datasets", "make", "--env", env_name, "--no-progress", "--episodes", "2"]
-    assert main([*made, "--recipe", "policy", "--policy", str(tmp_path / "sac.zip"),
-                 "--name", "medium"]) == 0  # fmt: skip
+    assert (
+        main(
+            [*made, "--recipe", "policy", "--policy", str(tmp_path / "sac.zip"), "--name", "medium"]
+        )
+        == 0
+    )
     assert main([*made, "--recipe", "random"]) == 0
-    assert capsys.readouterr().out.split() == [f"primal-dt/{env_name}/medium-v0",
-                                               f"primal-dt/{env_name}/random-v0"]  # fmt: skip
+    assert capsys.readouterr().out.split() == [
+        f"primal-dt/{env_name}/medium-v0",
+        f"primal-dt/{env_name}/random-v0",
+    ]
     task = resolve_task(f"{env_name}-medium")
     assert task.dataset_ids == (f"primal-dt/{env_name}/medium-v0",)
     data = load_task_data(task, download=False)
     assert data.env_id == gym_id and len(data.episodes) == 2
-    train = ["train", "--env", f"{env_name}-random", "--offline", "--no-progress", "--device",
-             "cpu", "--steps", "5", "--final-episodes", "1", "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    train = [
+        "train",
+        "--env",
+        f"{env_name}-random",
+        "--offline",
+        "--no-progress",
+        "--device",
+        "cpu",
+        "--steps",
+        "5",
+        "--final-episodes",
+        "1",
+        "--run-dir",
+        str(tmp_path / "run"),
+    ]
     for setting in TINY:
         train += ["--set", setting]
     assert main(train) == 0

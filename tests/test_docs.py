@@ -97,10 +97,19 @@ def test_a_command_that_does_not_parse_is_found() -> None:
 def test_every_config_key_says_what_it_means() -> None:
     """The configuration reference (docs/configuration.md) is generated from these comments."""
     docs = ModuleAnalyzer.for_module(config.__name__).find_attr_docs()
-    sections = [config.Config, config.ModelConfig, config.TrainConfig, config.EvalConfig,
-                config.DataConfig]  # fmt: skip
-    undocumented = [f"{cls.__name__}.{field.name}" for cls in sections
-                    for field in dataclasses.fields(cls) if not docs.get((cls.__name__, field.name))]  # fmt: skip
+    sections = [
+        config.Config,
+        config.ModelConfig,
+        config.TrainConfig,
+        config.EvalConfig,
+        config.DataConfig,
+    ]
+    undocumented = [
+        f"{cls.__name__}.{field.name}"
+        for cls in sections
+        for field in dataclasses.fields(cls)
+        if not docs.get((cls.__name__, field.name))
+    ]
     assert not undocumented, f"config fields without a #: comment: {undocumented}"
 
 

@@ -223,8 +223,9 @@ def test_performer_features_are_orthogonal_blocks_with_gaussian_norms() -> None:
     norms = features.norm(dim=1)
     for start in range(0, 20, 8):
         block = features[start : start + 8] / norms[start : start + 8, None]
-        torch.testing.assert_close(block @ block.T, torch.eye(len(block), dtype=torch.float64),
-                                   atol=1e-6, rtol=0)  # fmt: skip
+        torch.testing.assert_close(
+            block @ block.T, torch.eye(len(block), dtype=torch.float64), atol=1e-6, rtol=0
+        )
     assert norms.std() > 0.1  # chi-distributed norms, not all sqrt(d)
     assert 0.5 * math.sqrt(8) < norms.mean() < 1.5 * math.sqrt(8)
 

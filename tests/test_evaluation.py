@@ -75,8 +75,13 @@ def test_training_hands_evaluations_to_the_service(minari_root, tmp_path, capsys
     # A snapshot the evaluator cannot load is waiting in the queue when training starts.
     (run_dir / "eval_queue").mkdir(parents=True)
     (run_dir / "eval_queue" / "step_00000003.pt").write_bytes(b"garbage")
-    extra = ("train.eval_every=5", "eval.targets=[1800.0]", "eval.final_episodes=3",
-             "train.ckpt_every=5", "eval.workers=2")  # fmt: skip
+    extra = (
+        "train.eval_every=5",
+        "eval.targets=[1800.0]",
+        "eval.final_episodes=3",
+        "train.ckpt_every=5",
+        "eval.workers=2",
+    )
     assert main(train_args(run_dir, 15, *extra)) == 0
     out, err = capsys.readouterr()
     assert "step 3: evaluation failed: CheckpointError" in err
@@ -100,15 +105,42 @@ def test_training_hands_evaluations_to_the_service(minari_root, tmp_path, capsys
     other = tmp_path / "other"
     assert main(train_args(other, 5, "eval.targets=[900.0]")) == 0
     capsys.readouterr()
-    assert main(["eval", "--ckpt", str(run_dir), str(other), "--all", "--episodes", "1",
-                 "--device", "cpu", "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "eval",
+                "--ckpt",
+                str(run_dir),
+                str(other),
+                "--all",
+                "--episodes",
+                "1",
+                "--device",
+                "cpu",
+                "--json",
+            ]
+        )
+        == 0
+    )
     table = json.loads(capsys.readouterr().out)
     assert [(r["step"], r["results"][0]["target"]) for r in table] == [
-        (5, 1800.0), (10, 1800.0), (15, 1800.0), (5, 900.0)]  # fmt: skip
+        (5, 1800.0),
+        (10, 1800.0),
+        (15, 1800.0),
+        (5, 900.0),
+    ]
     assert main(["eval", "--ckpt", str(run_dir), str(other), "--episodes", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["checkpoint", "task", "step", "target", "return", "normalized",
-                                "episodes", "ref"]  # fmt: skip
+    assert lines[0].split() == [
+        "checkpoint",
+        "task",
+        "step",
+        "target",
+        "return",
+        "normalized",
+        "episodes",
+        "ref",
+    ]
     assert all("hopper-medium" in row for row in lines[1:3])  # one row per run
     assert lines[3].startswith("[1] reference scores: random -20.27, expert 3234.30: D4RL")
     assert lines[4] == "hopper-medium was trained on mujoco/hopper/medium-v0"
@@ -121,7 +153,9 @@ def test_watch_evaluates_what_an_external_service_queues(minari_root, tmp_path, 
     assert f"for: primal-dt eval --watch {run_dir}" in capsys.readouterr().err
     assert not (run_dir / "eval.jsonl").exists()  # nobody evaluated during training
     assert sorted(p.name for p in (run_dir / "eval_queue").iterdir()) == [
-        "step_00000005.pt", "step_00000010.pt"]  # fmt: skip
+        "step_00000005.pt",
+        "step_00000010.pt",
+    ]
 
     watch(
         run_dir,
@@ -144,9 +178,11 @@ def test_watch_evaluates_what_an_external_service_queues(minari_root, tmp_path, 
     # for the record, before stopping it.
     watcher = subprocess.Popen(
         [sys.executable, "-m", "primal_dt.cli", "eval", "--watch", str(run_dir), "--device", "cpu"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     lines: list[str] = []
     assert watcher.stdout is not None
     threading.Thread(target=lines.extend, args=(watcher.stdout,), daemon=True).start()
@@ -174,8 +210,12 @@ def test_the_evaluators_notes_reach_the_terminal_during_training(
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "spectrum_windows.pt").write_bytes(b"not windows")
-    extra = ("train.eval_every=5", "eval.episodes=1", "eval.final_episodes=1",
-             f'eval.service="{service}"')  # fmt: skip
+    extra = (
+        "train.eval_every=5",
+        "eval.episodes=1",
+        "eval.final_episodes=1",
+        f'eval.service="{service}"',
+    )
     assert main(train_args(run_dir, 10, *extra)) == 0
     err = capsys.readouterr().err
     for step in (5, 10):
@@ -188,8 +228,12 @@ def test_inline_and_background_evaluators_record_the_same(minari_root, tmp_path)
     found = {}
     for service in ("process", "inline"):
         run_dir = tmp_path / service
-        extra = ("train.eval_every=5", "eval.episodes=2", "eval.final_episodes=2",
-                 f'eval.service="{service}"')  # fmt: skip
+        extra = (
+            "train.eval_every=5",
+            "eval.episodes=2",
+            "eval.final_episodes=2",
+            f'eval.service="{service}"',
+        )
         assert main(train_args(run_dir, 10, *extra)) == 0
         found[service] = [
             (r.step, r.final, r.score, [s.return_mean for s in r.results], r.best)

@@ -81,8 +81,9 @@ def one_line(capsys) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("part", ["the weights", "the optimizer state", "the sampler state",
-                                  "the settings"])  # fmt: skip
+@pytest.mark.parametrize(
+    "part", ["the weights", "the optimizer state", "the sampler state", "the settings"]
+)
 def test_a_flipped_byte_in_any_part_is_refused_naming_the_part(run, tmp_path, capsys, part) -> None:
     run_dir = copy_of_run(run, tmp_path)
     ckpt = run_dir / "ckpt.pt"

@@ -47,9 +47,13 @@ def test_expert_data_beats_random_data_in_the_environment(minari_root, tmp_path)
         ("random", dataset_task("test/hopper/random-v0")),
     ):
         trainer = tiny_trainer(
-            task, tmp_path / name, 500, "model.embed_dim=64", "model.context_len=10",
+            task,
+            tmp_path / name,
+            500,
+            "model.embed_dim=64",
+            "model.context_len=10",
             "train.batch_size=32",
-        )  # fmt: skip
+        )
         trainer.train(progress=False)
         results = _evaluate(trainer)  # targets 3600 and 1800, 2 episodes each
         returns[name] = np.mean([r.returns for r in results])

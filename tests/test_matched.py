@@ -39,12 +39,16 @@ def test_matched_configs_differ_only_in_the_last_blocks_attention(tmp_path: Path
         # init), none of another kind's.
         own = {"primal": {"rank": 16, "init": "public"}}.get(kind, {})
         assert other["model"].pop("attention_settings") == ({kind: own} if own else {}), kind
-        assert other == {**dt, "model": {k: v for k, v in dt["model"].items()
-                                         if k != "attention_settings"}}, kind  # fmt: skip
+        assert other == {
+            **dt,
+            "model": {k: v for k, v in dt["model"].items() if k != "attention_settings"},
+        }, kind
     # The parameter counts differ by the last block's own weights only (Primal's We, Wr, Λ and
     # its concat layer; none for the kinds that reuse softmax's projections' shapes).
-    sizes = {kind: sum(p.numel() for p in DecisionTransformer(c.model, 11, 3, 1000).parameters())
-             for kind, c in configs.items()}  # fmt: skip
+    sizes = {
+        kind: sum(p.numel() for p in DecisionTransformer(c.model, 11, 3, 1000).parameters())
+        for kind, c in configs.items()
+    }
     assert sizes["linear"] == sizes["softmax"] and sizes["primal"] != sizes["softmax"]
 
 
@@ -140,31 +144,69 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
     script = results_script()
 
     def section(name: str, seeds: int, comparisons: list[str], spectra: list[str]) -> str:
-        return "\n".join([
-            f"<!-- {name}:start -->", f"Made by ... x the matched config ... x {seeds} seeds.",
-            "", "### Comparisons per task", "", *comparisons, "", "### Aggregates over tasks",
-            "", "- not a comparison", "", "### Attention spectrum", "", *spectra, "",
-            "### Notes", "", f"<!-- {name}:end -->",
-        ])  # fmt: skip
+        return "\n".join(
+            [
+                f"<!-- {name}:start -->",
+                f"Made by ... x the matched config ... x {seeds} seeds.",
+                "",
+                "### Comparisons per task",
+                "",
+                *comparisons,
+                "",
+                "### Aggregates over tasks",
+                "",
+                "- not a comparison",
+                "",
+                "### Attention spectrum",
+                "",
+                *spectra,
+                "",
+                "### Notes",
+                "",
+                f"<!-- {name}:end -->",
+            ]
+        )
 
-    page = "\n\n".join([
-        section("results", 5,
+    page = "\n\n".join(
+        [
+            section(
+                "results",
+                5,
                 ["- No difference between a and b was detected on t1 at this budget (overlap)."],
-                ["- t1, block 2: a (Primal) has a lower rank_90 than b (softmax) (3 ± 1, 9 ± 1).",
-                 "- t1, block 2: a (Primal) has a lower rank_90 than matched-bc (softmax) (...).",
-                 "- t1 (a): Primal block 2 has a lower rank_90 than softmax block 0 (...)."]),
-        section("results-replay-hopper", 5,
+                [
+                    "- t1, block 2: a (Primal) has a lower rank_90 than b (softmax) (3 ± 1, 9 ± 1).",
+                    "- t1, block 2: a (Primal) has a lower rank_90 than matched-bc (softmax) (...).",
+                    "- t1 (a): Primal block 2 has a lower rank_90 than softmax block 0 (...).",
+                ],
+            ),
+            section(
+                "results-replay-hopper",
+                5,
                 ["- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2])."],
-                ["- t2, block 2: no difference detected (a (Primal) 4 ± 2, b (softmax) 5 ± 2)."]),
-        section("results-attentions", 3,
-                ["- c − b on t1: -2.0 [-3.0, -1.0] over 3 paired seeds: c scores below b; the "
-                 "study could detect 1.5 points.",
-                 "- f − b on t1: +0.1 [-1.0, +1.2] over 3 paired seeds: no difference detected; "
-                 "the study could detect 2.5 points."], []),
-        section("results-init", 5, ["- d − e on t1: +0.2 [-1, +1] over 5 paired seeds: no "
-                                    "difference detected; the study could detect 2.0 points."],
-                []),
-    ])  # fmt: skip
+                ["- t2, block 2: no difference detected (a (Primal) 4 ± 2, b (softmax) 5 ± 2)."],
+            ),
+            section(
+                "results-attentions",
+                3,
+                [
+                    "- c − b on t1: -2.0 [-3.0, -1.0] over 3 paired seeds: c scores below b; the "
+                    "study could detect 1.5 points.",
+                    "- f − b on t1: +0.1 [-1.0, +1.2] over 3 paired seeds: no difference detected; "
+                    "the study could detect 2.5 points.",
+                ],
+                [],
+            ),
+            section(
+                "results-init",
+                5,
+                [
+                    "- d − e on t1: +0.2 [-1, +1] over 5 paired seeds: no "
+                    "difference detected; the study could detect 2.0 points."
+                ],
+                [],
+            ),
+        ]
+    )
     text = script.summary(page)
     assert "on 2 of the datasets recorded here, 5 seeds each" in text
     # The studies of their own, apart: not counted, each against its baseline, with their power.
@@ -238,12 +280,22 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
     late = (
         "a − b over 3 tasks (5 paired seeds each): +0.1 [-1.0, +1.2] (...): no difference detected"
     )
-    combined = "\n".join([
-        "<!-- results-expert:start -->", "Made by ...: 3 tasks (t5, t6, t7) x a, b x 5 seeds.", "",
-        "### Paired differences over tasks", "", f"- {over}.", "",
-        "### Paired differences over tasks, over the last quarter", "",
-        f"- {late}; the study could detect 2.0 points.", "", "<!-- results-expert:end -->",
-    ])  # fmt: skip
+    combined = "\n".join(
+        [
+            "<!-- results-expert:start -->",
+            "Made by ...: 3 tasks (t5, t6, t7) x a, b x 5 seeds.",
+            "",
+            "### Paired differences over tasks",
+            "",
+            f"- {over}.",
+            "",
+            "### Paired differences over tasks, over the last quarter",
+            "",
+            f"- {late}; the study could detect 2.0 points.",
+            "",
+            "<!-- results-expert:end -->",
+        ]
+    )
     text = script.summary(page + "\n\n" + combined)
     assert "on 2 of the datasets recorded here, 5 seeds" in text
     assert (
@@ -268,8 +320,11 @@ def test_study_minutes_count_every_session_overlaps_once_and_no_idle_time(tmp_pa
     file's last write after it: end): two runs overlapping (b killed before any evaluation), one
     extended hours later; each evaluation file opened in its trainer's second."""
     script, t0 = results_script(), 1_000_000_000
-    runs = {"a": [(0, 500, ".eval", 600)], "b": [(300, 900, None, 0)],
-            "extended": [(1200, 1500, ".eval", 1800), (9000, 9200, ".eval", 9300)]}  # fmt: skip
+    runs = {
+        "a": [(0, 500, ".eval", 600)],
+        "b": [(300, 900, None, 0)],
+        "extended": [(1200, 1500, ".eval", 1800), (9000, 9200, ".eval", 9300)],
+    }
     for name, sessions in runs.items():
         folder = tmp_path / "task" / name
         folder.mkdir(parents=True)
@@ -302,8 +357,9 @@ def test_each_quality_has_its_own_section_of_the_results_page(tmp_path: Path) ->
 
 def write_record(folder: Path, precision: str, machines: list[str]) -> None:
     """A whole config.json, as a run of dt on halfcheetah-medium would record it."""
-    config = load_config(named_config_path("dt"), [f'train.precision="{precision}"'],
-                         task="halfcheetah-medium")  # fmt: skip
+    config = load_config(
+        named_config_path("dt"), [f'train.precision="{precision}"'], task="halfcheetah-medium"
+    )
     write_run_config(RunDir(folder), RunConfig("halfcheetah-medium", "dt", config, machines))
 
 
@@ -313,8 +369,11 @@ def test_the_studys_precision_and_machines_are_read_from_what_its_runs_recorded(
     script = results_script()
     assert script.study_precision(script.recorded(tmp_path)) == "no recorded precision"
     assert script.study_machines(script.recorded(tmp_path)) == "an unrecorded machine"
-    for name, precision, machines in [("a", "fp32", ["X"]), ("b", "fp32", ["X", "Y"]),
-                                      ("c", "bf16", [])]:  # fmt: skip
+    for name, precision, machines in [
+        ("a", "fp32", ["X"]),
+        ("b", "fp32", ["X", "Y"]),
+        ("c", "bf16", []),
+    ]:
         folder = tmp_path / "task" / name
         folder.mkdir(parents=True)
         write_record(folder, precision, machines)
@@ -330,8 +389,9 @@ def test_record_only_records_the_studys_datasets_and_trains_nothing(
     script, recorded, commands = results_script(), [], []
     monkeypatch.setattr(script, "record", lambda root, tasks, *rest: recorded.append((root, tasks)))
     monkeypatch.setattr(script, "primal_dt", lambda *args, **kwargs: commands.append(args))
-    monkeypatch.setattr(sys, "argv", ["results.py", "--out", str(tmp_path), "--medium-expert",
-                                      "--record-only"])  # fmt: skip
+    monkeypatch.setattr(
+        sys, "argv", ["results.py", "--out", str(tmp_path), "--medium-expert", "--record-only"]
+    )
     script.main()
     assert recorded == [(tmp_path / "minari", script.recorded_tasks("medium-expert"))]
     assert commands == [] and sorted(tmp_path.iterdir()) == []
@@ -365,12 +425,18 @@ def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(
     def checkout() -> list[tuple[Path, float]]:  # what a study could write: figures, pages
         places = [SCRIPTS, SCRIPTS.parent / "docs", SCRIPTS.parent / "README.md"]
         files = [f for place in places for f in ([place] if place.is_file() else place.rglob("*"))]
-        return sorted((f, f.stat().st_mtime) for f in files if "_build" not in f.parts
-                      and "__pycache__" not in f.parts)  # fmt: skip
+        return sorted(
+            (f, f.stat().st_mtime)
+            for f in files
+            if "_build" not in f.parts and "__pycache__" not in f.parts
+        )
 
     before = checkout()
-    monkeypatch.setattr(sys, "argv", ["results.py", "--out", str(out), "--tasks",
-                                      "halfcheetah-medium", "--seeds", "0"])  # fmt: skip
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["results.py", "--out", str(out), "--tasks", "halfcheetah-medium", "--seeds", "0"],
+    )
     script.main()
     assert checkout() == before
     assert (out / "results-report" / "curves_halfcheetah-medium.png").is_file()
@@ -389,14 +455,40 @@ def test_combine_reports_the_tasks_sections_runs_together_and_keeps_what_is_over
         commands.append(args)
         reported = Path(args[args.index("--out") + 1])
         reported.mkdir(parents=True)
-        (reported / "report.md").write_text("\n".join([
-            "# primal-dt report: ...", "", "## Comparisons per task", "", "- a − b on t1: once", "",
-            "## Paired differences over tasks", "", "- a − b over 3 tasks: final", "",
-            "## Paired differences over the last quarter", "", "- a − b on t1: late, once", "",
-            "## Paired differences over tasks, over the last quarter", "",
-            "- a − b over 3 tasks: late", "", "## Aggregates over tasks", "", "| table |", "",
-            "![aggregates](aggregates.png)", "", "## Attention spectrum", "", "- spectra", "",
-        ]))  # fmt: skip
+        (reported / "report.md").write_text(
+            "\n".join(
+                [
+                    "# primal-dt report: ...",
+                    "",
+                    "## Comparisons per task",
+                    "",
+                    "- a − b on t1: once",
+                    "",
+                    "## Paired differences over tasks",
+                    "",
+                    "- a − b over 3 tasks: final",
+                    "",
+                    "## Paired differences over the last quarter",
+                    "",
+                    "- a − b on t1: late, once",
+                    "",
+                    "## Paired differences over tasks, over the last quarter",
+                    "",
+                    "- a − b over 3 tasks: late",
+                    "",
+                    "## Aggregates over tasks",
+                    "",
+                    "| table |",
+                    "",
+                    "![aggregates](aggregates.png)",
+                    "",
+                    "## Attention spectrum",
+                    "",
+                    "- spectra",
+                    "",
+                ]
+            )
+        )
         (reported / "aggregates.png").write_bytes(b"png")
         return ""
 
@@ -436,23 +528,40 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
     def row(task: str, final: list[float]) -> Row:  # as the report's side table gets it
         return Row(task, "matched-softmax", [0, 1], final, [], [6000], True, [], [], [215000])
 
-    side = corl_table([row("halfcheetah-medium", [37.98, 37.98]), row("hopper-medium", [50.1, 50.1])],
-                      "matched-softmax", corl)  # fmt: skip
-    over = ("matched-primal − matched-softmax over 3 tasks (5 paired seeds each): +0.4 [-1.0, +1.8] "
-            "(...): no difference detected; the study could detect 4.1 points over the tasks")  # fmt: skip
-    report = "\n".join([
-        "# r", "", "## Comparisons per task", "",
-        "- matched-primal − matched-softmax on a: +1.0 [...]: the study could detect 2.5 points",
-        "- matched-bc − matched-softmax on a: +1.0 [...]: the study could detect 99.0 points",
-        "- matched-primal − matched-softmax on b: +1.0 [...]: the study could detect 17.0 points",
-        "", "## Paired differences over tasks", "", f"- {over}", "", "## Are the curves flat?", "",
-        "- a on t: the last quarter's mean ... +0.5 [-1.3, +2.3] over 5 seeds: flat: no change "
-        "detected beyond the seeds' spread.",
-        "- c on t: the last quarter's mean ... +4.3 [-12.1, +20.7] over 5 seeds: flat: no change "
-        "detected beyond the seeds' spread.",
-        "- b on t: the last quarter's mean ... +12.3 [+3.6, +21.0] over 5 seeds: still rising.",
-        "", side,
-    ])  # fmt: skip
+    side = corl_table(
+        [row("halfcheetah-medium", [37.98, 37.98]), row("hopper-medium", [50.1, 50.1])],
+        "matched-softmax",
+        corl,
+    )
+    over = (
+        "matched-primal − matched-softmax over 3 tasks (5 paired seeds each): +0.4 [-1.0, +1.8] "
+        "(...): no difference detected; the study could detect 4.1 points over the tasks"
+    )
+    report = "\n".join(
+        [
+            "# r",
+            "",
+            "## Comparisons per task",
+            "",
+            "- matched-primal − matched-softmax on a: +1.0 [...]: the study could detect 2.5 points",
+            "- matched-bc − matched-softmax on a: +1.0 [...]: the study could detect 99.0 points",
+            "- matched-primal − matched-softmax on b: +1.0 [...]: the study could detect 17.0 points",
+            "",
+            "## Paired differences over tasks",
+            "",
+            f"- {over}",
+            "",
+            "## Are the curves flat?",
+            "",
+            "- a on t: the last quarter's mean ... +0.5 [-1.3, +2.3] over 5 seeds: flat: no change "
+            "detected beyond the seeds' spread.",
+            "- c on t: the last quarter's mean ... +4.3 [-12.1, +20.7] over 5 seeds: flat: no change "
+            "detected beyond the seeds' spread.",
+            "- b on t: the last quarter's mean ... +12.3 [+3.6, +21.0] over 5 seeds: still rising.",
+            "",
+            side,
+        ]
+    )
     text = script.first_paragraph(report, corl, 64)
     assert "Each run trains 6,000 steps of a model of 215,000 parameters" in text
     assert (

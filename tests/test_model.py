@@ -32,8 +32,11 @@ MODEL_IDS = IDS + OTHER_KINDS + ["mixed"]
 
 
 # Small settings for the kinds that have them.
-SETTINGS = {"primal": {"rank": 8}, "performer": {"features": 16},
-            "reformer": {"buckets": 4, "chunk": 4, "hashes": 2}}  # fmt: skip
+SETTINGS = {
+    "primal": {"rank": 8},
+    "performer": {"features": 16},
+    "reformer": {"buckets": 4, "chunk": 4, "hashes": 2},
+}
 
 
 def block_kinds(blocks: str | list[int] | list[str], n_layer: int = 3) -> str | list[str]:
@@ -54,9 +57,14 @@ def make_model(blocks: str | list[int] | list[str], seed: int = 0) -> DecisionTr
     attention = block_kinds(blocks)
     used = set([attention] if isinstance(attention, str) else attention)
     config = ModelConfig(
-        embed_dim=32, n_layer=3, n_head=2, dropout=0.1, context_len=K, attention=attention,
+        embed_dim=32,
+        n_layer=3,
+        n_head=2,
+        dropout=0.1,
+        context_len=K,
+        attention=attention,
         attention_settings={kind: own for kind, own in SETTINGS.items() if kind in used},
-    )  # fmt: skip
+    )
     config.validate()
     return DecisionTransformer(config, STATE_DIM, ACT_DIM, MAX_T).eval()
 
@@ -309,7 +317,7 @@ def test_act_is_the_last_prediction_of_forward(primal_blocks, padded: bool) -> N
     ("dtype", "tolerance"),
     [(torch.float64, {"rtol": 1e-9, "atol": 1e-12}), (torch.float32, {"rtol": 1e-4, "atol": 1e-6})],
     ids=["float64", "float32"],  # float32: SDPA's fused kernels on CUDA (gpu_check.sh)
-)  # fmt: skip
+)
 def test_cut_forward_equals_every_token_forward(primal_blocks, padded, dtype, tolerance) -> None:
     """The training forward (last block at the state tokens, a_K dropped once no Primal block
     reads it) gives the full computation's predictions, KSVD loss and gradients (eval mode)."""
@@ -335,10 +343,15 @@ def test_cut_forward_equals_every_token_forward(primal_blocks, padded, dtype, to
 
 @pytest.mark.parametrize(
     ("primal_blocks", "tokens"),
-    [("none", [3 * K - 1, 3 * K - 1, K]), ("last", [3 * K, 3 * K, K]), ([0], [3 * K, 3 * K - 1, K]),
-     ([1], [3 * K, 3 * K, K]), ("all", [3 * K, 3 * K, K])],
+    [
+        ("none", [3 * K - 1, 3 * K - 1, K]),
+        ("last", [3 * K, 3 * K, K]),
+        ([0], [3 * K, 3 * K - 1, K]),
+        ([1], [3 * K, 3 * K, K]),
+        ("all", [3 * K, 3 * K, K]),
+    ],
     ids=["none", "last", "first", "middle", "all"],
-)  # fmt: skip
+)
 def test_blocks_compute_only_the_tokens_the_loss_reads(primal_blocks, tokens: list[int]) -> None:
     """How many tokens each block's MLP sees in training: K state tokens in the last block; 3K - 1
     after the last Primal block (a_K reaches no state token); 3K up to it (its KSVD reads a_K)."""

@@ -87,8 +87,14 @@ def test_the_functional_update_is_clip_grad_norm_and_torchs_adamw() -> None:
             scheduler.step()
         return [param.detach() for param in params]
 
-    def functional(lr: Tensor, params: list[Tensor], moments: list[Tensor], squares: list[Tensor],
-                   count: Tensor, step_grads: list[Tensor]) -> Tensor:  # fmt: skip
+    def functional(
+        lr: Tensor,
+        params: list[Tensor],
+        moments: list[Tensor],
+        squares: list[Tensor],
+        count: Tensor,
+        step_grads: list[Tensor],
+    ) -> Tensor:
         count.add_(1)
         return update(params, step_grads, moments, squares, count, lr, torch.tensor(0.1), settings)
 
@@ -99,15 +105,22 @@ def test_the_functional_update_is_clip_grad_norm_and_torchs_adamw() -> None:
     count = torch.zeros(())
     for step_grads in grads:
         stacked = [torch.stack([g, g]) for g in step_grads]
-        vmap(functional, in_dims=(0, 0, 0, 0, None, 0))(lrs, params, moments, squares, count,
-                                                        stacked)  # fmt: skip
+        vmap(functional, in_dims=(0, 0, 0, 0, None, 0))(
+            lrs, params, moments, squares, count, stacked
+        )
     for run, lr in enumerate(lrs.tolist()):
         for got, want in zip(params, torch_path(lr), strict=True):
             torch.testing.assert_close(got[run], want, rtol=1e-5, atol=1e-6)
 
 
-PACK_SETTINGS = [*TINY, "train.ckpt_every=10", "train.eval_every=20", "eval.episodes=1",
-                 "eval.final_episodes=1", 'train.precision="bf16"']  # fmt: skip
+PACK_SETTINGS = [
+    *TINY,
+    "train.ckpt_every=10",
+    "train.eval_every=20",
+    "eval.episodes=1",
+    "eval.final_episodes=1",
+    'train.precision="bf16"',
+]
 STEPS = 60
 
 
@@ -209,15 +222,24 @@ def test_sweep_packs_runs_of_one_task_and_config(tmp_path) -> None:
     """--pack N groups the runs that differ only in their seed, N at most per pack, and the
     pack's command line parses back to the cells' seeds, runs directory and settings."""
     options = SweepOptions(
-        ["hopper-medium"], [0, 1, 2], ["dt", "primal-dt"], runs_dir=tmp_path / "runs",
-        steps=10, device="cpu", offline=True, overrides=list(TINY), pack=2,
-    )  # fmt: skip
+        ["hopper-medium"],
+        [0, 1, 2],
+        ["dt", "primal-dt"],
+        runs_dir=tmp_path / "runs",
+        steps=10,
+        device="cpu",
+        offline=True,
+        overrides=list(TINY),
+        pack=2,
+    )
     cells = plan(options)
     packs = group_packs(cells, pack_size(options, cells, cuda_here=False))
     assert [[(c.config, c.seed) for c in pack] for pack in packs] == [
-        [("dt", 0), ("dt", 1)], [("primal-dt", 0), ("primal-dt", 1)], [("dt", 2)],
+        [("dt", 0), ("dt", 1)],
+        [("primal-dt", 0), ("primal-dt", 1)],
+        [("dt", 2)],
         [("primal-dt", 2)],
-    ]  # fmt: skip
+    ]
     args = build_parser().parse_args(pack_command(packs[1], options)[3:])
     assert (args.env, args.config, args.seeds) == ("hopper-medium", "primal-dt", "0,1")
     assert args.runs_dir == str((tmp_path / "runs").resolve()) and args.run_dir is None
@@ -253,8 +275,10 @@ def test_runs_of_a_pack_may_differ_in_their_values(minari_root, tmp_path) -> Non
     base = [*FP32, "train.steps=20"]
     if DEVICE != "cpu":
         base.append("model.dropout=0.0")
-    values = [("train.lr=1e-4", "train.ksvd_weight=0.05"),
-              ("train.lr=3e-4", "train.weight_decay=0.01", "train.ksvd_weight=0.2")]  # fmt: skip
+    values = [
+        ("train.lr=1e-4", "train.ksvd_weight=0.05"),
+        ("train.lr=3e-4", "train.weight_decay=0.01", "train.ksvd_weight=0.2"),
+    ]
     configs = [
         load_config(None, [*base, *v, f"train.seed={seed}"]) for seed, v in enumerate(values)
     ]

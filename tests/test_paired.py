@@ -34,8 +34,18 @@ from primal_dt.tools.runs import Row, RunSummary
 def row(task: str, config: str, per_seed: dict[int, float | None]) -> Row:
     seeds = sorted(per_seed)
     final = [v for s in seeds if (v := per_seed[s]) is not None]
-    return Row(task, config, seeds, final, final, [100] * len(seeds), True, [], [],
-               per_seed=[per_seed[s] for s in seeds])  # fmt: skip
+    return Row(
+        task,
+        config,
+        seeds,
+        final,
+        final,
+        [100] * len(seeds),
+        True,
+        [],
+        [],
+        per_seed=[per_seed[s] for s in seeds],
+    )
 
 
 def test_paired_differences_are_scipys_paired_t_test() -> None:
@@ -145,9 +155,12 @@ def test_over_tasks_the_last_quarters_mean_difference_has_a_heading_of_its_own()
         summary.scores = [(400, 0.0), (700, late), (800, late + 2.0 * seed)]
         return summary
 
-    runs = [run(task, config, seed, 10.0 * (config == "a") + shift + seed)
-            for task, shift in (("t1", 0.0), ("t2", 5.0)) for config in ("a", "b")
-            for seed in range(3)]  # fmt: skip
+    runs = [
+        run(task, config, seed, 10.0 * (config == "a") + shift + seed)
+        for task, shift in (("t1", 0.0), ("t2", 5.0))
+        for config in ("a", "b")
+        for seed in range(3)
+    ]
     over = paired_over_tasks(last_quarter_differences(runs, "a", "b"))
     assert over is not None and over.tasks == ["t1", "t2"] and over.point == pytest.approx(10.0)
     section = last_quarter_section(runs, "b")

@@ -28,9 +28,12 @@ COMPILE_MODES = ["default"] if DEVICE == "cpu" else ["default", "reduce-overhead
 OTHERS = [kind for kind in ATTENTIONS if kind not in ("softmax", "primal")]
 MODELS = {
     "softmax-primal": BOTH_ATTENTIONS,
-    "the-others": (f"model.n_layer={len(OTHERS)}", f"model.attention={json.dumps(OTHERS)}",
-                   "model.attention_settings.performer.features=16"),
-}  # fmt: skip
+    "the-others": (
+        f"model.n_layer={len(OTHERS)}",
+        f"model.attention={json.dumps(OTHERS)}",
+        "model.attention_settings.performer.features=16",
+    ),
+}
 
 
 @pytest.mark.parametrize(
@@ -48,11 +51,15 @@ def test_compiled_training_matches_eager(
     runs = {}
     for compiled in (False, True):
         trainer = tiny_trainer(
-            resolve_task("hopper-medium"), tmp_path / str(compiled), 3,
+            resolve_task("hopper-medium"),
+            tmp_path / str(compiled),
+            3,
             f"model.dropout={0.1 if DEVICE == 'cpu' else 0.0}",
-            *MODELS[model], f"train.compile={'true' if compiled else 'false'}",
-            f'train.compile_mode="{mode}"', f'train.precision="{precision}"',
-        )  # fmt: skip
+            *MODELS[model],
+            f"train.compile={'true' if compiled else 'false'}",
+            f'train.compile_mode="{mode}"',
+            f'train.precision="{precision}"',
+        )
         batches = [trainer.sampler.sample(16) for _ in range(3)]
         losses = []
         for batch in batches:
@@ -98,8 +105,11 @@ def test_bf16_training_trains_stays_finite_and_resumes_exactly(minari_root, tmp_
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert main(train_args(straight, 40, *bf16)) == 0
     losses = [value for _, value in scalars(straight)["train/action_loss"]]
-    assert all(math.isfinite(v) for tag in ("train/loss", "train/ksvd_loss", "train/grad_norm")
-               for _, v in scalars(straight)[tag])  # fmt: skip
+    assert all(
+        math.isfinite(v)
+        for tag in ("train/loss", "train/ksvd_loss", "train/grad_norm")
+        for _, v in scalars(straight)[tag]
+    )
     assert losses[-1] < 0.8 * losses[0], losses
     assert main(train_args(resumed, 20, *bf16)) == 0
     assert main(["train", "--resume", str(resumed), "--steps", "40", "--no-progress"]) == 0

@@ -23,10 +23,16 @@ HEAVY = ("gymnasium", "minari", "mujoco", "stable_baselines3", "sb3_contrib", "t
 # Settings small enough for a few tokens to cross chunks, buckets and hash rounds (as
 # tests/test_attention.py's SMALL).
 SMALL = ModelConfig(
-    embed_dim=16, n_head=2, dropout=0.1, context_len=9,
-    attention_settings={"primal": {"rank": 4}, "performer": {"features": 12},
-                        "reformer": {"buckets": 4, "chunk": 3, "hashes": 2}},
-)  # fmt: skip
+    embed_dim=16,
+    n_head=2,
+    dropout=0.1,
+    context_len=9,
+    attention_settings={
+        "primal": {"rank": 4},
+        "performer": {"features": 12},
+        "reformer": {"buckets": 4, "chunk": 3, "hashes": 2},
+    },
+)
 # Exported names whose documentation lives in files outside this change: strict xfails, so that
 # the test fails (XPASS) once they are documented and the entry is to be removed.
 UNDOCUMENTED: dict[str, str] = {}  # names known to lack a docstring (none)
@@ -71,9 +77,12 @@ def test_the_api_imports_and_runs_with_the_rl_stack_blocked() -> None:
     (loading no primal_dt module but the method and common.config, errors, resources) and a
     PrimalAttention runs without a mask."""
     result = subprocess.run(
-        [sys.executable, "-c", IMPORT_ALONE], cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, "-c", IMPORT_ALONE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         timeout=300,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-4000:]
 
 
@@ -81,9 +90,12 @@ def test_the_blocker_blocks() -> None:
     """The control of the test above: the same preamble makes an import of a blocked name fail."""
     preamble = IMPORT_ALONE.split("import torch")[0]
     result = subprocess.run(
-        [sys.executable, "-c", preamble + "import tqdm\n"], cwd=ROOT, capture_output=True,
-        text=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-c", preamble + "import tqdm\n"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode != 0 and "tqdm is blocked" in result.stderr
 
 
@@ -198,8 +210,12 @@ def test_the_model_without_a_mask_is_the_model_with_every_step_real() -> None:
         10,
     ).eval()
     gen = torch.Generator().manual_seed(2)
-    inputs = (torch.randn(2, 4, 3, generator=gen), torch.randn(2, 4, 2, generator=gen),
-              torch.randn(2, 4, generator=gen), torch.arange(4).repeat(2, 1))  # fmt: skip
+    inputs = (
+        torch.randn(2, 4, 3, generator=gen),
+        torch.randn(2, 4, 2, generator=gen),
+        torch.randn(2, 4, generator=gen),
+        torch.arange(4).repeat(2, 1),
+    )
     real = torch.ones(2, 4, dtype=torch.bool)
     for got, want in zip(model(*inputs), model(*inputs, real), strict=True):
         assert torch.equal(got, want)

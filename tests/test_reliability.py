@@ -238,9 +238,11 @@ def test_a_run_directory_has_one_writer_and_a_killed_one_leaves_no_lock(
             assert time.monotonic() < deadline and writer.poll() is None, "no checkpoint"
             time.sleep(0.2)
         busy = f"{run_dir} is in use: process {writer.pid} is its"
-        for second in (["train", "--resume", str(run_dir), "--no-progress"],
-                       train_args(run_dir, 10),  # a new run in the same directory
-                       ["eval", "--watch", str(run_dir), "--device", "cpu"]):  # fmt: skip
+        for second in (
+            ["train", "--resume", str(run_dir), "--no-progress"],
+            train_args(run_dir, 10),  # a new run in the same directory
+            ["eval", "--watch", str(run_dir), "--device", "cpu"],
+        ):
             result = subprocess.run(
                 [sys.executable, "-m", "primal_dt.cli", *second], capture_output=True, text=True
             )
@@ -298,8 +300,21 @@ def test_files_follow_the_umask(minari_root, tmp_path) -> None:
 
 def test_a_behaviour_policy_for_another_environment_names_both_spaces(minari_root, capsys) -> None:
     walker = policy_file("sac", "Walker2d-v5")
-    args = ["datasets", "make", "--env", "hopper", "--recipe", "policy", "--name", "wrong",
-            "--policy", str(walker), "--steps", "10", "--no-progress"]  # fmt: skip
+    args = [
+        "datasets",
+        "make",
+        "--env",
+        "hopper",
+        "--recipe",
+        "policy",
+        "--name",
+        "wrong",
+        "--policy",
+        str(walker),
+        "--steps",
+        "10",
+        "--no-progress",
+    ]
     assert main(args) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert (
@@ -321,11 +336,15 @@ def test_a_misspelt_recipe_gets_did_you_mean(minari_root, capsys) -> None:
 def test_bad_seeds_of_eval_and_sweep_are_one_line(minari_root, tmp_path, capsys) -> None:
     cases = [
         (["eval", "--ckpt", str(tmp_path), "--seed", "-1"], "--seed must be in 0..4294967295"),
-        (["sweep", "--tasks", "hopper-medium", "--seeds", "-1,2", "--runs-dir", str(tmp_path)],
-         "--seeds must be in 0..4294967295, got -1"),
-        (["sweep", "--tasks", "hopper-medium", "--seeds", "1,-2", "--runs-dir", str(tmp_path)],
-         "--seeds must be in 0..4294967295, got -2"),
-    ]  # fmt: skip
+        (
+            ["sweep", "--tasks", "hopper-medium", "--seeds", "-1,2", "--runs-dir", str(tmp_path)],
+            "--seeds must be in 0..4294967295, got -1",
+        ),
+        (
+            ["sweep", "--tasks", "hopper-medium", "--seeds", "1,-2", "--runs-dir", str(tmp_path)],
+            "--seeds must be in 0..4294967295, got -2",
+        ),
+    ]
     for args, expected in cases:
         assert main(args) == 2, args
         (line,) = capsys.readouterr().err.strip().splitlines()
@@ -343,8 +362,11 @@ def test_resuming_after_config_json_was_edited_names_the_settings(
     run_dir = tmp_path / "run"
     assert main(train_args(run_dir, 5)) == 0
     started = json.loads((run_dir / "config.json").read_text())
-    edited = {**started, "model": {**started["model"], "embed_dim": 48},
-              "train": {**started["train"], "lr": 0.5}}  # fmt: skip
+    edited = {
+        **started,
+        "model": {**started["model"], "embed_dim": 48},
+        "train": {**started["train"], "lr": 0.5},
+    }
     (run_dir / "config.json").write_text(json.dumps(edited))
     before = files_of(run_dir)
     capsys.readouterr()
@@ -407,8 +429,9 @@ def test_resuming_a_run_whose_ckpt_is_damaged_gives_the_command_that_works(
 def test_the_attention_layers_check_their_arguments_when_built(layer, arguments, said) -> None:
     from primal_dt.method.attention import PrimalAttention, SoftmaxAttention
 
-    with pytest.raises(ValueError, match="^" + ("PrimalAttention" if layer == "primal" else
-                                                "SoftmaxAttention")) as raised:  # fmt: skip
+    with pytest.raises(
+        ValueError, match="^" + ("PrimalAttention" if layer == "primal" else "SoftmaxAttention")
+    ) as raised:
         (PrimalAttention if layer == "primal" else SoftmaxAttention)(*arguments)
     assert said in str(raised.value)
 
@@ -430,8 +453,24 @@ def test_eval_of_a_finished_run_repeats_its_final_evaluation(minari_root, tmp_pa
 
 def test_sweep_takes_the_final_episodes_of_its_runs(minari_root, tmp_path) -> None:
     runs = tmp_path / "runs"
-    args = ["sweep", "--tasks", "hopper-medium", "--seeds", "0", "--configs", "dt", "--runs-dir",
-            str(runs), "--steps", "5", "--final-episodes", "2", "--device", "cpu", "--offline"]  # fmt: skip
+    args = [
+        "sweep",
+        "--tasks",
+        "hopper-medium",
+        "--seeds",
+        "0",
+        "--configs",
+        "dt",
+        "--runs-dir",
+        str(runs),
+        "--steps",
+        "5",
+        "--final-episodes",
+        "2",
+        "--device",
+        "cpu",
+        "--offline",
+    ]
     for setting in TINY:
         if not setting.startswith("eval.final_episodes"):
             args += ["--set", setting]

@@ -53,8 +53,17 @@ def trained(minari_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     run = tmp_path_factory.mktemp("trained") / "run"
     extra = ("eval.final_episodes=1", "eval.targets=[1800.0]", "train.seed=0")
     assert main(train_args(run, 10, *extra, config="dt")) == 0
-    sweep = ["eval", "--ckpt", str(run / "checkpoints" / "step_00000010.pt"),
-             "--target-sweep", "0:3000:2", "--episodes", "1", "--device", "cpu"]  # fmt: skip
+    sweep = [
+        "eval",
+        "--ckpt",
+        str(run / "checkpoints" / "step_00000010.pt"),
+        "--target-sweep",
+        "0:3000:2",
+        "--episodes",
+        "1",
+        "--device",
+        "cpu",
+    ]
     assert main(sweep) == 0
     return run
 
@@ -191,8 +200,12 @@ def test_report_groups_by_recorded_task_config_and_seed(
     table = capsys.readouterr().out
     report = runs / "report"
     rows = {(r["task"], r["config"]): r for r in csv.DictReader((report / "report.csv").open())}
-    assert list(rows) == [("hopper-medium", "dt"), ("hopper-medium", "primal-dt"),
-                          ("average", "dt"), ("average", "primal-dt")]  # fmt: skip
+    assert list(rows) == [
+        ("hopper-medium", "dt"),
+        ("hopper-medium", "primal-dt"),
+        ("average", "dt"),
+        ("average", "primal-dt"),
+    ]
     dt, primal = rows["hopper-medium", "dt"], rows["hopper-medium", "primal-dt"]
     assert dt["seeds"] == "0 1 2 3" and dt["n_final"] == "4"
     assert primal["seeds"] == "0" and primal["n_final"] == "1"
@@ -231,8 +244,11 @@ def test_report_groups_by_recorded_task_config_and_seed(
 
     # Every figure the report wrote, the return-conditioning curve included, keeps its texts inside.
     names = sorted(path.name for path, _ in saved)
-    assert names == ["curves_hopper-medium.png", "return_curve_hopper-medium.png",
-                     "spectrum_hopper-medium.png"]  # fmt: skip
+    assert names == [
+        "curves_hopper-medium.png",
+        "return_curve_hopper-medium.png",
+        "spectrum_hopper-medium.png",
+    ]
     for path, figure in saved:
         assert outside(figure) == [], path.name
     figures = {path.name: figure for path, figure in saved}
@@ -350,8 +366,10 @@ def test_per_task_scores_intervals_comparisons_and_the_papers_table(
     # Sentences from the paired differences (the same seeds): their interval includes 0 on
     # hopper-medium, not on walker2d-medium; with the power there.
     comparisons = section(md, "Comparisons per task")
-    for task, claim in (("hopper-medium", "no difference detected"),
-                        ("walker2d-medium", "primal-dt scores above dt")):  # fmt: skip
+    for task, claim in (
+        ("hopper-medium", "no difference detected"),
+        ("walker2d-medium", "primal-dt scores above dt"),
+    ):
         mine, base = SCORES[task, "primal-dt"], SCORES[task, "dt"]
         low, high = scipy.stats.ttest_rel(mine, base).confidence_interval(0.95)
         mean = np.mean(mine) - np.mean(base)
@@ -433,8 +451,9 @@ def test_aggregates_with_enough_seeds_and_the_same_numbers_twice(
     assert primal.points[0] == pytest.approx(trim_mean(flat, 0.25))
 
     # Primal-DT against DT: P(a primal-dt run beats a dt run on the same task), ties count half.
-    found_p = re.search(r"P\(primal-dt > dt\).* the 2 tasks both ran .*: (\S+ \[\S+, \S+\])\.",
-                        aggregated)  # fmt: skip
+    found_p = re.search(
+        r"P\(primal-dt > dt\).* the 2 tasks both ran .*: (\S+ \[\S+, \S+\])\.", aggregated
+    )
     assert found_p, aggregated
     point, low, high = interval(found_p.group(1))
     by_hand = []
@@ -512,8 +531,13 @@ def test_a_dataset_is_counted_once(trained: Path, tmp_path: Path, minari_root: P
     """Two datasets recorded alike (the same recipe, policy file and seed) under two ids are the
     same data: the second task of them is named in the notes and left out of the averages."""
     hopper = "Hopper-v5"
-    made = {"recipe": "policy", "env_id": hopper, "seed": 7, "episodes": 2,
-            "policy": {"file": "a.zip", "sha256": "ab" * 32, "algorithm": "SAC"}}  # fmt: skip
+    made = {
+        "recipe": "policy",
+        "env_id": hopper,
+        "seed": 7,
+        "episodes": 2,
+        "policy": {"file": "a.zip", "sha256": "ab" * 32, "algorithm": "SAC"},
+    }
     for name in ("twin-a", "twin-b"):
         episodes = record_episodes(hopper, random_policy(gym.make(hopper).action_space, 7), 2, 7)
         write_dataset(f"test/hopper/{name}-v0", hopper, episodes, provenance=made)
@@ -539,11 +563,21 @@ def test_a_dataset_is_counted_once(trained: Path, tmp_path: Path, minari_root: P
 
 def test_same_data_by_provenance_or_ids() -> None:
     recorded = {"recipe": "random", "env_id": "Hopper-v5", "seed": 0, "policy": "uniform-random"}
-    combined = {"recipe": "medium-expert", "env_id": "Hopper-v5", "seed": 0, "sources": [
-        {"id": "mujoco/hopper/medium-v0", "provenance": None},
-        {"id": "mujoco/hopper/expert-v0", "provenance": None}]}  # fmt: skip
-    provenance = {"local/a-v0": recorded, "local/b-v0": {**recorded, "created": "later"},
-                  "local/c-v0": {**recorded, "seed": 1}, "local/me-v0": combined}  # fmt: skip
+    combined = {
+        "recipe": "medium-expert",
+        "env_id": "Hopper-v5",
+        "seed": 0,
+        "sources": [
+            {"id": "mujoco/hopper/medium-v0", "provenance": None},
+            {"id": "mujoco/hopper/expert-v0", "provenance": None},
+        ],
+    }
+    provenance = {
+        "local/a-v0": recorded,
+        "local/b-v0": {**recorded, "created": "later"},
+        "local/c-v0": {**recorded, "seed": 1},
+        "local/me-v0": combined,
+    }
     datasets = {
         "hopper-a": ["local/a-v0"],
         "hopper-b": ["local/b-v0"],  # a's recipe, environment and seed: the same data
@@ -590,10 +624,15 @@ def test_the_papers_table_is_data_of_its_own() -> None:
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert lines[0] == "| task (D4RL v2) | " + " | ".join(columns) + " |"
     tasks = [line.split(" | ")[0].strip("| ") for line in lines[1:]]
-    assert tasks == [f"{env}-{quality}" for env in ("halfcheetah", "hopper", "walker2d")
-                     for quality in ("medium", "medium-replay", "medium-expert")] + ["**average**"]  # fmt: skip
-    assert lines[-1] == ("| **average** | 72.2 ± 2.6 | 64.4 ± 6.5 | 63.9 ± 2.9 | 63.8 ± 7.6 | "
-                         "67.8 ± 7.6 | 73.5 ± 2.9 | 77.5 ± 6.0 |")  # fmt: skip
+    assert tasks == [
+        f"{env}-{quality}"
+        for env in ("halfcheetah", "hopper", "walker2d")
+        for quality in ("medium", "medium-replay", "medium-expert")
+    ] + ["**average**"]
+    assert lines[-1] == (
+        "| **average** | 72.2 ± 2.6 | 64.4 ± 6.5 | 63.9 ± 2.9 | 63.8 ± 7.6 | "
+        "67.8 ± 7.6 | 73.5 ± 2.9 | 77.5 ± 6.0 |"
+    )
     assert "| walker2d-medium-expert | 107.7 ± 0.6 | 67.2 ± 27.3 |" in text
     assert "D4RL v2 datasets of a million steps" in text and "D4RL's reference scores" in text
     assert "- hopper-medium: DT 64.2 ± 1.1" in text and "ant-medium" not in text
@@ -609,11 +648,16 @@ def test_a_curve_is_flat_where_its_late_change_is_within_the_seeds_spread() -> N
         return summary
 
     # Steps 500 and 600 are the third quarter, 700 and 800 the last (the final evaluation).
-    assert quarter_change([(100, 9.0), (500, 10.0), (600, 12.0), (700, 15.0), (800, 17.0)],
-                          800) == (15.0 + 17.0) / 2 - (10.0 + 12.0) / 2  # fmt: skip
+    assert (
+        quarter_change([(100, 9.0), (500, 10.0), (600, 12.0), (700, 15.0), (800, 17.0)], 800)
+        == (15.0 + 17.0) / 2 - (10.0 + 12.0) / 2
+    )
     assert quarter_change([(100, 9.0), (800, 17.0)], 800) is None
     rising = [run("up", seed, [0, 0, 0, 0, 10, 10, 14 + seed, 15]) for seed in range(3)]
-    flat = [run("flat", seed, [0, 0, 0, 0, 10, 10, 10 + d, 10 + d]) for seed, d in enumerate([-2, 2, 0.5])]  # fmt: skip
+    flat = [
+        run("flat", seed, [0, 0, 0, 0, 10, 10, 10 + d, 10 + d])
+        for seed, d in enumerate([-2, 2, 0.5])
+    ]
     alone = [run("alone", 0, [0] * 8)]
     changes = [(14 + seed + 15) / 2 - 10 for seed in range(3)]
     low, high = t95(changes)
@@ -641,8 +685,11 @@ def test_corl_side_table_sets_the_baseline_beside_corls_dt() -> None:
         seeds = list(range(len(final)))
         return Row(task, config, seeds, final, [], [6000], True, [], [], [215000])
 
-    rows = [row("halfcheetah-medium", "dt", [30.0, 34.0, 38.0]), row("hopper-medium", "bc", [9.0]),
-            row("swimmer-medium", "dt", [20.0, 22.0])]  # fmt: skip
+    rows = [
+        row("halfcheetah-medium", "dt", [30.0, 34.0, 38.0]),
+        row("hopper-medium", "bc", [9.0]),
+        row("swimmer-medium", "dt", [20.0, 22.0]),
+    ]
     text = corl_table(rows, "dt", corl)
     low, high = t95([30.0, 34.0, 38.0])
     assert text.startswith(CORL_HEADING)
@@ -665,15 +712,22 @@ def test_the_baseline_is_the_decision_transformer_whatever_its_name() -> None:
         return RunSummary(Path(config), "hopper-medium", config, 0, 10, kinds, conditioned)
 
     softmax, last_primal = ["softmax"] * 3, ["softmax", "softmax", "primal"]
-    matched = [run("matched-primal", last_primal), run("matched-bc", softmax, False),
-               run("matched-softmax", softmax), run("matched-linear", ["linear"] * 3)]  # fmt: skip
+    matched = [
+        run("matched-primal", last_primal),
+        run("matched-bc", softmax, False),
+        run("matched-softmax", softmax),
+        run("matched-linear", ["linear"] * 3),
+    ]
     assert baseline_config(matched) == "matched-softmax"
     assert baseline_config([*matched, run("my-dt", softmax)]) == "matched-softmax"  # first by name
     assert baseline_config(matched[:2]) == "matched-bc"  # no DT: the first config by name
     assert baseline_config(matched, "matched-primal") == "matched-primal"
     assert baseline_config([]) is None
-    with pytest.raises(ReportError, match=r"--baseline matched-primall: no run here has that "
-                       r"config \(did you mean 'matched-primal'\?\); the configs here: "):  # fmt: skip
+    with pytest.raises(
+        ReportError,
+        match=r"--baseline matched-primall: no run here has that "
+        r"config \(did you mean 'matched-primal'\?\); the configs here: ",
+    ):
         baseline_config(matched, "matched-primall")
 
 

@@ -30,8 +30,12 @@ from primal_dt.tools.runs import read_run
 STEPS = 100
 # Checkpoints, logs and evaluations every few steps, so that kills land mid-step, mid-checkpoint
 # and mid-evaluation; one episode per evaluation keeps each short.
-EVALUATING = ("train.ckpt_every=10", "train.eval_every=20", "eval.episodes=1",
-              "eval.final_episodes=1")  # fmt: skip
+EVALUATING = (
+    "train.ckpt_every=10",
+    "train.eval_every=20",
+    "eval.episodes=1",
+    "eval.final_episodes=1",
+)
 # bf16, what "auto" resolves to on the CPUs this project runs on, forced so that the tests mean
 # the same on any machine; float32 has its own same-bits test.
 BF16 = 'train.precision="bf16"'
@@ -46,9 +50,12 @@ def default_threads_env() -> dict[str, str]:
 
 def start(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "primal_dt.cli", *args], env=default_threads_env(),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "primal_dt.cli", *args],
+        env=default_threads_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def train(run_dir: Path, steps: int = STEPS, *extra: str) -> None:
@@ -120,9 +127,13 @@ def wait_for_checkpoint(process: subprocess.Popen, run_dir: Path, step: int) -> 
 
 
 def stop_and_resume(
-    command: list[str], watched: Path, resume: list[str], kills: list[signal.Signals], steps: int,
+    command: list[str],
+    watched: Path,
+    resume: list[str],
+    kills: list[signal.Signals],
+    steps: int,
     seed: int,
-) -> list[tuple[str, str]]:  # fmt: skip
+) -> list[tuple[str, str]]:
     """Start `command`; at a random moment after each of a series of checkpoints of `watched`
     (spread over its `steps`) send the next of `kills`, and start `resume` after each stop, until
     the training ends (successfully: asserted). Returns each stop's signal name and output."""
@@ -152,9 +163,13 @@ def test_a_run_stopped_and_resumed_many_times_ends_bit_identical(straight, tmp_p
     run_dir = tmp_path / "stopped"
     kills = [signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL, signal.SIGINT]
     stopped = stop_and_resume(
-        train_args(run_dir, STEPS, *EVALUATING, BF16), run_dir,
-        ["train", "--resume", str(run_dir), "--no-progress"], kills, STEPS, seed=18,
-    )  # fmt: skip
+        train_args(run_dir, STEPS, *EVALUATING, BF16),
+        run_dir,
+        ["train", "--resume", str(run_dir), "--no-progress"],
+        kills,
+        STEPS,
+        seed=18,
+    )
     assert len(stopped) >= 4, f"the run ended after only {[s for s, _ in stopped]}: too few stops"
     assert_same(straight, run_dir)
     # primal-dt report reads the same curves: every point once, as for the uninterrupted run.
@@ -219,13 +234,17 @@ def test_resume_of_a_run_in_use_before_its_first_checkpoint_names_the_process(
 ) -> None:
     run_dir = tmp_path / "run"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from primal_dt.store.rundir import RunDir; from primal_dt.store.locks import RunLock\n"
-         f"lock = RunLock(RunDir(Path({str(run_dir)!r})), 'train').acquire()\n"
-         "print('held', flush=True)\n"
-         "time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from primal_dt.store.rundir import RunDir; from primal_dt.store.locks import RunLock\n"
+            f"lock = RunLock(RunDir(Path({str(run_dir)!r})), 'train').acquire()\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert main(["train", "--resume", str(run_dir), "--no-progress"]) == 2
@@ -297,8 +316,19 @@ def test_a_resume_after_the_checkpoint_prints_each_result_once(minari_root, tmp_
     """Resumed from an earlier checkpoint (as after a SIGKILL), the results recorded after it are
     dropped, made again and printed once; the final table is printed."""
     run_dir = tmp_path / "run"
-    assert main(train_args(run_dir, 20, "train.eval_every=10", "train.ckpt_every=10",
-                           "eval.episodes=1", "eval.final_episodes=1")) == 0  # fmt: skip
+    assert (
+        main(
+            train_args(
+                run_dir,
+                20,
+                "train.eval_every=10",
+                "train.ckpt_every=10",
+                "eval.episodes=1",
+                "eval.final_episodes=1",
+            )
+        )
+        == 0
+    )
     shutil.copy(run_dir / "checkpoints" / "step_00000010.pt", run_dir / "ckpt.pt")
     process = start(["train", "--resume", str(run_dir), "--no-progress"])
     output, _ = process.communicate(timeout=300)

@@ -28,8 +28,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "primal_dt"
 # command line (cli.py, at the top of the package) may import from all of them.
 LAYERS = ("common", "data", "method", "store", "evaluation", "training", "tools")
 TOP = {"cli", "__init__", "__main__"}
-LAYOUT_NAMES = ("config.json", "ckpt.pt", "best.pt", "eval.jsonl", "eval_queue", "train.log",
-                "spectrum_windows.pt", "checkpoints/")  # fmt: skip
+LAYOUT_NAMES = (
+    "config.json",
+    "ckpt.pt",
+    "best.pt",
+    "eval.jsonl",
+    "eval_queue",
+    "train.log",
+    "spectrum_windows.pt",
+    "checkpoints/",
+)
 
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -54,8 +62,11 @@ def imports(package: Path = PACKAGE) -> dict[str, set[str]]:
                     full = f"{base}.{alias.name}".lstrip(".")
                     found.add(full if full in known else base or "__init__")
             elif isinstance(node, ast.Import):
-                found |= {a.name.removeprefix("primal_dt.") for a in node.names
-                          if a.name.startswith("primal_dt.")}  # fmt: skip
+                found |= {
+                    a.name.removeprefix("primal_dt.")
+                    for a in node.names
+                    if a.name.startswith("primal_dt.")
+                }
         graph[name] = found - {name}
     return graph
 
@@ -160,7 +171,7 @@ def example_snapshot() -> Snapshot:
             1000,
             (3600.0, 1800.0),
             ReferenceScores(-20.0, 3234.0, "test"),
-        ),  # fmt: skip
+        ),
         state_dim=11,
         act_dim=3,
         max_timestep=1000,
@@ -176,7 +187,7 @@ def example_snapshot() -> Snapshot:
             [],
             {"action_loss": torch.tensor(0.5)},
             2,
-        ),  # fmt: skip
+        ),
     )
 
 
@@ -214,5 +225,7 @@ def test_a_checkpoint_with_unnamed_loss_sums_reads_with_their_names(tmp_path) ->
     torch.save(payload, tmp_path / "old.pt")
     sums = read_snapshot(tmp_path / "old.pt").training.pending_sums
     assert {name: value.item() for name, value in sums.items()} == {
-        "action_loss": 1.0, "ksvd_loss": 2.0, "grad_norm": 3.0,
-    }  # fmt: skip
+        "action_loss": 1.0,
+        "ksvd_loss": 2.0,
+        "grad_norm": 3.0,
+    }

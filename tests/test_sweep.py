@@ -32,13 +32,32 @@ from primal_dt.tools.sweep import local_thread_env, ray_gpus, sweep_lock
 
 # Every run: 10 steps of a tiny model, then a final evaluation of one episode.
 SETTINGS = (*TINY, "eval.final_episodes=1", "eval.targets=[1800.0]")
-GRID = [f"{task}/{config}-s{seed}" for seed in (0, 1) for task in ("hopper-medium", "hopper-expert")
-        for config in ("dt", "primal-dt")]  # fmt: skip
+GRID = [
+    f"{task}/{config}-s{seed}"
+    for seed in (0, 1)
+    for task in ("hopper-medium", "hopper-expert")
+    for config in ("dt", "primal-dt")
+]
 
 
 def sweep_args(runs: Path, tasks: str, seeds: str, configs: str, *extra: str) -> list[str]:
-    args = ["sweep", "--tasks", tasks, "--seeds", seeds, "--configs", configs, "--runs-dir",
-            str(runs), "--steps", "10", "--device", "cpu", "--offline", *extra]  # fmt: skip
+    args = [
+        "sweep",
+        "--tasks",
+        tasks,
+        "--seeds",
+        seeds,
+        "--configs",
+        configs,
+        "--runs-dir",
+        str(runs),
+        "--steps",
+        "10",
+        "--device",
+        "cpu",
+        "--offline",
+        *extra,
+    ]
     for setting in SETTINGS:
         args += ["--set", setting]
     return args
@@ -75,9 +94,15 @@ def test_train_command_lines_parse_back(tmp_path) -> None:
     cell: a start its task, config, run directory and every --set override (the steps among them);
     a resume its run directory and steps."""
     options = SweepOptions(
-        ["hopper-medium"], [3], ["dt"], runs_dir=tmp_path / "runs", steps=10, device="cpu",
-        offline=True, overrides=list(SETTINGS),
-    )  # fmt: skip
+        ["hopper-medium"],
+        [3],
+        ["dt"],
+        runs_dir=tmp_path / "runs",
+        steps=10,
+        device="cpu",
+        offline=True,
+        overrides=list(SETTINGS),
+    )
     (cell,) = plan(options)
     run_dir = str((tmp_path / "runs").resolve() / "hopper-medium" / "dt-s3")
     prefix = [sys.executable, "-m", "primal_dt.cli"]
@@ -87,8 +112,13 @@ def test_train_command_lines_parse_back(tmp_path) -> None:
     args = build_parser().parse_args(start[3:])
     assert args.command == "train" and args.resume is None and args.no_progress
     assert (args.env, args.config, args.run_dir) == ("hopper-medium", "dt", run_dir)
-    assert args.set == [*SETTINGS, "train.steps=10", "train.seed=3", 'train.device="cpu"',
-                        "data.download=false"]  # fmt: skip
+    assert args.set == [
+        *SETTINGS,
+        "train.steps=10",
+        "train.seed=3",
+        'train.device="cpu"',
+        "data.download=false",
+    ]
     config = load_config(named_config_path(args.config), args.set, task=args.env)
     assert (config.train.steps, config.train.seed, config.train.device) == (10, 3, "cpu")
     assert config.model.embed_dim == 32 and config.eval.targets == [1800.0]
@@ -114,8 +144,23 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
     runs = tmp_path / "runs"
     # One cell was interrupted at step 5 of 10; another holds what a failed start left behind.
     partial = runs / "hopper-medium" / "dt-s0"
-    train = ["train", "--env", "hopper-medium", "--config", "dt", "--seed", "0", "--run-dir",
-             str(partial), "--steps", "5", "--device", "cpu", "--offline", "--no-progress"]  # fmt: skip
+    train = [
+        "train",
+        "--env",
+        "hopper-medium",
+        "--config",
+        "dt",
+        "--seed",
+        "0",
+        "--run-dir",
+        str(partial),
+        "--steps",
+        "5",
+        "--device",
+        "cpu",
+        "--offline",
+        "--no-progress",
+    ]
     for setting in SETTINGS:
         train += ["--set", setting]
     assert main(train) == 0
@@ -194,22 +239,35 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
     report = runs / "report"
     written = sorted(p.name for p in report.iterdir())
     # 2 seeds: no aggregates (they need 5), so no aggregate figures.
-    assert written == ["curves_hopper-expert.png", "curves_hopper-medium.png", "report.csv", "report.md",
-                       "spectrum_hopper-expert.png", "spectrum_hopper-medium.png"]  # fmt: skip
+    assert written == [
+        "curves_hopper-expert.png",
+        "curves_hopper-medium.png",
+        "report.csv",
+        "report.md",
+        "spectrum_hopper-expert.png",
+        "spectrum_hopper-medium.png",
+    ]
     for png in report.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     rows = list(csv.DictReader((report / "report.csv").open()))
     assert [(r["task"], r["config"]) for r in rows] == [
-        ("hopper-expert", "dt"), ("hopper-expert", "primal-dt"), ("hopper-medium", "dt"),
-        ("hopper-medium", "primal-dt"), ("average", "dt"), ("average", "primal-dt")]  # fmt: skip
+        ("hopper-expert", "dt"),
+        ("hopper-expert", "primal-dt"),
+        ("hopper-medium", "dt"),
+        ("hopper-medium", "primal-dt"),
+        ("average", "dt"),
+        ("average", "primal-dt"),
+    ]
     for row in rows[:4]:
         assert row["seeds"] == "0 1" and row["n_final"] == "2" and "n_best" not in row
         assert row["steps"] == "10" and row["reference_source"].startswith(
             "random -20.27, expert 3,234.30: D4RL reference"
         )
         assert row["dataset_ids"] == f"mujoco/hopper/{row['task'].split('-')[1]}-v0"
-        finals = [read_results(RunDir(runs / row["task"] / f"{row['config']}-s{s}"))[-1].score
-                  for s in (0, 1)]  # fmt: skip
+        finals = [
+            read_results(RunDir(runs / row["task"] / f"{row['config']}-s{s}"))[-1].score
+            for s in (0, 1)
+        ]
         assert float(row["final_mean"]) == pytest.approx(np.mean(finals), abs=1e-4)
     average = rows[5]
     expected = np.mean([float(r["final_mean"]) for r in rows[:4] if r["config"] == "primal-dt"])

@@ -56,7 +56,9 @@ def test_eval_video_writes_one_mp4_per_episode_named_by_its_return(minari_root, 
     (record,) = json.loads(capsys.readouterr().out)
     videos = sorted(RunDir(run_dir).videos.glob("*.mp4"))
     assert [v.name.split("_return_")[0] for v in videos] == [
-        "step_00000005_target_1800_seed_0", "step_00000005_target_900_seed_0"]  # fmt: skip
+        "step_00000005_target_1800_seed_0",
+        "step_00000005_target_900_seed_0",
+    ]
     # The video of episode 0 of each target returns what the evaluation's episode 0 did.
     snapshot = read_snapshot(run_dir)
     for video in videos:

@@ -46,8 +46,11 @@ def field_rows(cls: type) -> list[tuple[str, str, str, str]]:
 def _text(meaning: str) -> list[nodes.Node]:
     """A meaning as nodes: ``code`` as literals, the rest as text."""
     parts = re.split(r"``(.+?)``", meaning)
-    return [nodes.literal(part, part) if odd else nodes.Text(part)
-            for odd, part in zip(itertools.cycle((0, 1)), parts, strict=False) if part]  # fmt: skip
+    return [
+        nodes.literal(part, part) if odd else nodes.Text(part)
+        for odd, part in zip(itertools.cycle((0, 1)), parts, strict=False)
+        if part
+    ]
 
 
 def _table(rows: list[tuple[str, str, str, str]], prefix: str) -> nodes.table:
@@ -59,8 +62,14 @@ def _table(rows: list[tuple[str, str, str, str]], prefix: str) -> nodes.table:
     head, body = nodes.thead(), nodes.tbody()
     head += _row([[nodes.Text(t)] for t in ("key", "type", "default", "meaning")])
     for key, kind, default, meaning in rows:
-        body += _row([[nodes.literal(text=prefix + key)], [nodes.literal(text=kind)],
-                      [nodes.literal(text=default)], _text(meaning)])  # fmt: skip
+        body += _row(
+            [
+                [nodes.literal(text=prefix + key)],
+                [nodes.literal(text=kind)],
+                [nodes.literal(text=default)],
+                _text(meaning),
+            ]
+        )
     group += head
     group += body
     table = nodes.table()
@@ -85,8 +94,10 @@ class ConfigReference(SphinxDirective):
         for field in dataclasses.fields(config.Config):
             section = getattr(config.Config(), field.name)
             if dataclasses.is_dataclass(section):
-                found += [nodes.rubric(text=f"[{field.name}]"),
-                          _table(field_rows(type(section)), f"{field.name}.")]  # fmt: skip
+                found += [
+                    nodes.rubric(text=f"[{field.name}]"),
+                    _table(field_rows(type(section)), f"{field.name}."),
+                ]
                 if field.name == "model":
                     found += _kind_settings()
             else:

@@ -160,9 +160,14 @@ def option_overrides(
 ) -> list[str]:
     """The `train` options that stand for config keys, as --set overrides: the one mapping from
     options to keys, used by `primal-dt train` and by each run of a sweep."""
-    values = {"train.steps": steps, "train.seed": seed, "train.device": device,
-              "eval.final_episodes": final_episodes,
-              "data.download": False if offline else None, "train.compile": compile or None}  # fmt: skip
+    values = {
+        "train.steps": steps,
+        "train.seed": seed,
+        "train.device": device,
+        "eval.final_episodes": final_episodes,
+        "data.download": False if offline else None,
+        "train.compile": compile or None,
+    }
     return [f"{key}={json.dumps(value)}" for key, value in values.items() if value is not None]
 
 

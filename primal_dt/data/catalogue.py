@@ -65,11 +65,12 @@ def list_datasets() -> list[Listed]:
 
     def add(dataset_id: str, state: str, metadata: dict[str, Any] | None) -> None:
         rows[dataset_id] = Listed(
-            dataset_id, state,
+            dataset_id,
+            state,
             metadata.get("total_episodes") if metadata else None,
             metadata.get("total_steps") if metadata else None,
             tuple(tasks.get(dataset_id, ())),
-        )  # fmt: skip
+        )
 
     for dataset_id, metadata in _datasets_in(BUNDLED_ROOT).items():
         add(dataset_id, "bundled", metadata)

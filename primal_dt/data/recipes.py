@@ -107,10 +107,14 @@ def _check(options: MakeOptions) -> tuple[EnvInfo, str]:
     for label, path in (("--policy", options.policy), ("--expert-policy", options.expert_policy)):
         if path and not Path(path).is_file():
             raise DatasetError(f"{label} {path}: no such file")
-    for label, value in (("--episodes", options.episodes), ("--steps", options.steps),
-                         ("--ref-episodes", options.ref_episodes),
-                         ("--max-steps", options.max_steps), ("--eval-every", options.eval_every),
-                         ("--eval-episodes", options.eval_episodes)):  # fmt: skip
+    for label, value in (
+        ("--episodes", options.episodes),
+        ("--steps", options.steps),
+        ("--ref-episodes", options.ref_episodes),
+        ("--max-steps", options.max_steps),
+        ("--eval-every", options.eval_every),
+        ("--eval-episodes", options.eval_episodes),
+    ):
         if value is not None and value <= 0:
             raise DatasetError(f"{label} must be > 0, got {value}")
     dataset_id = local_id(env.name, name)
@@ -191,12 +195,20 @@ def _medium_replay(options: MakeOptions, env: EnvInfo, dataset_id: str, log: Log
     target = options.target_return
     if target is None:
         target = round(env.ref_expert / 3, 1)
-    log(f"training SAC on {env.gym_id} until its evaluation return reaches {target} "
-        f"or {options.max_steps} steps")  # fmt: skip
+    log(
+        f"training SAC on {env.gym_id} until its evaluation return reaches {target} "
+        f"or {options.max_steps} steps"
+    )
     sac_training = train_sac_replay(
-        env.gym_id, target, options.max_steps, seed=options.seed, eval_every=options.eval_every,
-        eval_episodes=options.eval_episodes, learning_starts=options.learning_starts, log=log,
-    )  # fmt: skip
+        env.gym_id,
+        target,
+        options.max_steps,
+        seed=options.seed,
+        eval_every=options.eval_every,
+        eval_episodes=options.eval_episodes,
+        learning_starts=options.learning_starts,
+        log=log,
+    )
     root = Path(options.root or minari_root())
     policy_out = Path(options.policy_out or root / f"{dataset_id}-medium-policy.zip")
     policy_out.parent.mkdir(parents=True, exist_ok=True)
@@ -229,15 +241,17 @@ def _medium_expert(options: MakeOptions, env: EnvInfo):
         (dataset_id,) = resolve_dataset_ids(env, part)
         dataset = open_dataset(dataset_id, options.download)
         metadata = dataset.storage.metadata
-        sources.append({
-            "id": dataset_id,
-            "origin": origin(dataset_id),
-            "episodes": metadata["total_episodes"],
-            "steps": metadata["total_steps"],
-            "ref_min_score": metadata.get("ref_min_score"),
-            "ref_max_score": metadata.get("ref_max_score"),
-            "provenance": metadata.get("provenance"),
-        })  # fmt: skip
+        sources.append(
+            {
+                "id": dataset_id,
+                "origin": origin(dataset_id),
+                "episodes": metadata["total_episodes"],
+                "steps": metadata["total_steps"],
+                "ref_min_score": metadata.get("ref_min_score"),
+                "ref_max_score": metadata.get("ref_max_score"),
+                "provenance": metadata.get("provenance"),
+            }
+        )
         for episode in dataset.iterate_episodes():
             buffers.append(
                 EpisodeBuffer(
@@ -286,14 +300,20 @@ def make_dataset(
     root = Path(options.root or minari_root())
     description = f"primal-dt {options.recipe} recipe on {env.gym_id}: {about}"
     _write_in_place(
-        root, dataset_id, options.force,
+        root,
+        dataset_id,
+        options.force,
         lambda: write_dataset(
-            dataset_id, env.gym_id, buffers,
+            dataset_id,
+            env.gym_id,
+            buffers,
             ref_min_score=reference["random"] if reference else None,
             ref_max_score=reference["expert"] if reference else None,
-            algorithm_name=algorithm, description=description, provenance=provenance,
+            algorithm_name=algorithm,
+            description=description,
+            provenance=provenance,
         ),
-    )  # fmt: skip
+    )
     log(f"wrote {dataset_id}: {len(buffers)} episodes, {steps} steps, in {root}")
     return dataset_id
 

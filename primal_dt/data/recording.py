@@ -124,8 +124,16 @@ def sha256(path: str | Path) -> str:
 def versions() -> dict[str, str]:
     """The versions that shape a recording: Python and the packages that step or act."""
     found = {"python": platform.python_version()}
-    for name in ("primal-dt", "minari", "gymnasium", "mujoco", "numpy", "torch",
-                 "stable-baselines3", "sb3-contrib"):  # fmt: skip
+    for name in (
+        "primal-dt",
+        "minari",
+        "gymnasium",
+        "mujoco",
+        "numpy",
+        "torch",
+        "stable-baselines3",
+        "sb3-contrib",
+    ):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[name] = importlib.metadata.version(name)
     return found

@@ -39,16 +39,25 @@ class EpisodeRecorder(gym.Wrapper):
         self.finish()
         observation, info = self.env.reset(seed=seed, options=options)
         self._seed = seed
-        self._steps = {"observations": [observation], "actions": [], "rewards": [],
-                       "terminations": [], "truncations": []}  # fmt: skip
+        self._steps = {
+            "observations": [observation],
+            "actions": [],
+            "rewards": [],
+            "terminations": [],
+            "truncations": [],
+        }
         return observation, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict]:
         observation, reward, terminated, truncated, info = self.env.step(action)
         assert self._steps is not None, "step() before reset()"
-        for key, value in (("observations", observation), ("actions", action),
-                           ("rewards", reward), ("terminations", terminated),
-                           ("truncations", truncated)):  # fmt: skip
+        for key, value in (
+            ("observations", observation),
+            ("actions", action),
+            ("rewards", reward),
+            ("terminations", terminated),
+            ("truncations", truncated),
+        ):
             self._steps[key].append(value)
         if terminated or truncated:
             self.finish()
@@ -89,9 +98,12 @@ class _EvaluateAndStop(BaseCallback):
         if self.num_timesteps % self.every:
             return True
         returns, _ = evaluate_policy(
-            self.model, self.eval_env, n_eval_episodes=self.episodes, deterministic=True,
+            self.model,
+            self.eval_env,
+            n_eval_episodes=self.episodes,
+            deterministic=True,
             return_episode_rewards=True,
-        )  # fmt: skip
+        )
         mean = float(np.mean(returns))
         self.history.append((self.num_timesteps, mean))
         self.log(f"step {self.num_timesteps}: evaluation return {mean:.1f} (target {self.target})")

@@ -159,10 +159,21 @@ def conditioning_figure(panels: dict[str, list[CurvePoints]], title: str, refere
             )
             low, high = min(low, targets.min(), mean.min()), max(high, targets.max(), mean.max())
             if best is not None:
-                ax.axhline(best, color="gray", linestyle=":", linewidth=1,
-                           label="best return in the dataset" if j == 0 else "_")  # fmt: skip
-        ax.plot([low, high], [low, high], color="black", linestyle="--", linewidth=1,
-                label="achieved = target")  # fmt: skip
+                ax.axhline(
+                    best,
+                    color="gray",
+                    linestyle=":",
+                    linewidth=1,
+                    label="best return in the dataset" if j == 0 else "_",
+                )
+        ax.plot(
+            [low, high],
+            [low, high],
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label="achieved = target",
+        )
         ax.set(title=label, xlabel=f"target ({unit})", ylabel=f"achieved ({unit})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")

@@ -77,9 +77,13 @@ def attention_spectra(model: DecisionTransformer, windows: Batch) -> list[np.nda
     try:
         with evaluating(model):
             model(
-                windows.states, windows.actions, windows.returns_to_go, windows.timesteps,
-                windows.mask, every_token=True,  # every block's output at every token
-            )  # fmt: skip
+                windows.states,
+                windows.actions,
+                windows.returns_to_go,
+                windows.timesteps,
+                windows.mask,
+                every_token=True,  # every block's output at every token
+            )
     finally:
         for hook in hooks:
             hook.remove()

@@ -90,8 +90,9 @@ def weighted_causal_linear_attention(
     previous_end = F.pad(end[..., :-1], (1, 0), value=float("-inf"))  # M_end(c - 1)
     n = states.shape[2]
     before = torch.ones(n, n, dtype=torch.bool, device=q.device).tril(-1)  # c' < c
-    carry = _exp_below(end[..., None, :].masked_fill(~before, float("-inf")),
-                       previous_end[..., :, None])  # fmt: skip
+    carry = _exp_below(
+        end[..., None, :].masked_fill(~before, float("-inf")), previous_end[..., :, None]
+    )
     flat = states.flatten(3).to(carry.dtype)
     earlier = torch.matmul(carry, flat).view_as(states).to(qc.dtype)
     to_query = _exp_below(previous_end[..., None], mc).to(qc.dtype)  # exp(M_end(c-1) - M_i)

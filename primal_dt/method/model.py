@@ -109,9 +109,13 @@ class DecisionTransformer(nn.Module):
         self.apply(_init_weights)
 
     def embed(
-        self, states: Tensor, actions: Tensor, returns_to_go: Tensor, timesteps: Tensor,
+        self,
+        states: Tensor,
+        actions: Tensor,
+        returns_to_go: Tensor,
+        timesteps: Tensor,
         mask: Tensor,
-    ) -> tuple[Tensor, Tensor]:  # fmt: skip
+    ) -> tuple[Tensor, Tensor]:
         """Tokens (B, 3K, D) in the order R_1, s_1, a_1, R_2, ... and their padding mask."""
         batch, length, _ = states.shape
         time = self.embed_timestep(timesteps.clamp(0, self.max_timestep - 1))
@@ -180,9 +184,13 @@ class DecisionTransformer(nn.Module):
                 module.redraw(step)
 
     def act(
-        self, states: Tensor, actions: Tensor, returns_to_go: Tensor, timesteps: Tensor,
+        self,
+        states: Tensor,
+        actions: Tensor,
+        returns_to_go: Tensor,
+        timesteps: Tensor,
         mask: Tensor | None = None,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         """The action (B, A) for the last step of each window: forward(...)[0][:, -1], computed
         without the outputs nobody reads. The last action token is dropped (causally it cannot
         reach the last state token), and the final block works out the last state token alone.

@@ -74,12 +74,14 @@ class EvalRecord:
         if "error" in data:
             return cls(int(data["step"]), str(data["checkpoint"]), error=str(data["error"]))
         reference = data.get("reference")
-        return cls(**{
-            **data,
-            "best": bool(data.get("best", False)),
-            "reference": ReferenceScores(**reference) if reference else None,
-            "results": [TargetSummary(**s) for s in data["results"]],
-        })  # fmt: skip
+        return cls(
+            **{
+                **data,
+                "best": bool(data.get("best", False)),
+                "reference": ReferenceScores(**reference) if reference else None,
+                "results": [TargetSummary(**s) for s in data["results"]],
+            }
+        )
 
 
 def target_score(record: EvalRecord) -> float | None:
@@ -214,15 +216,32 @@ def format_table(records: list[EvalRecord]) -> str:
                 sources.append(text)
             note = f"[{sources.index(text) + 1}]"
         if record.error is not None:
-            rows.append([record.checkpoint, record.task, str(record.step), "-",
-                         "evaluation failed: " + record.error, "", "", ""])  # fmt: skip
+            rows.append(
+                [
+                    record.checkpoint,
+                    record.task,
+                    str(record.step),
+                    "-",
+                    "evaluation failed: " + record.error,
+                    "",
+                    "",
+                    "",
+                ]
+            )
             continue
         for s in record.results:
-            rows.append([
-                record.checkpoint, record.task, str(record.step), f"{s.target:.1f}",
-                _mean_std(s.return_mean, s.return_std),
-                _mean_std(s.normalized_mean, s.normalized_std), str(s.episodes), note,
-            ])  # fmt: skip
+            rows.append(
+                [
+                    record.checkpoint,
+                    record.task,
+                    str(record.step),
+                    f"{s.target:.1f}",
+                    _mean_std(s.return_mean, s.return_std),
+                    _mean_std(s.normalized_mean, s.normalized_std),
+                    str(s.episodes),
+                    note,
+                ]
+            )
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     right = {"step", "target", "return", "normalized", "episodes"}
     lines = [

@@ -164,10 +164,16 @@ def plan(options: SweepOptions) -> list[GridCell]:
     for seed in options.seeds:
         for task in options.tasks:
             for name, (path, arg) in configs.items():
-                overrides = [*options.overrides, *option_overrides(
-                    steps=options.steps, seed=seed, device=options.device,
-                    final_episodes=options.final_episodes, offline=options.offline,
-                )]  # fmt: skip
+                overrides = [
+                    *options.overrides,
+                    *option_overrides(
+                        steps=options.steps,
+                        seed=seed,
+                        device=options.device,
+                        final_episodes=options.final_episodes,
+                        offline=options.offline,
+                    ),
+                ]
                 config = load_config(path, overrides, task)
                 check_kinds(config.model)  # kinds and their settings, before anything starts
                 run_dir = RunDir(options.runs_dir.resolve() / run_dir_name(task, name, seed))
@@ -208,9 +214,10 @@ def group_packs(cells: list[GridCell], size: int) -> list[list[GridCell]]:
         groups.setdefault((cell.task, cell.config, cell.action, cell.from_step, cell.steps), [])
         groups[(cell.task, cell.config, cell.action, cell.from_step, cell.steps)].append(cell)
     packs = [
-        group[start : start + size] for group in groups.values()
+        group[start : start + size]
+        for group in groups.values()
         for start in range(0, len(group), size)
-    ]  # fmt: skip
+    ]
     order = {cell.name: index for index, cell in enumerate(cells)}
     return sorted(packs, key=lambda pack: order[pack[0].name])
 

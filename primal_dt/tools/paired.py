@@ -141,9 +141,12 @@ class Paired:
 
 
 def _pair(
-    task: str, config: str, baseline: str, mine: dict[int, float | None],
+    task: str,
+    config: str,
+    baseline: str,
+    mine: dict[int, float | None],
     theirs: dict[int, float | None],
-) -> Paired | None:  # fmt: skip
+) -> Paired | None:
     """The differences of the seeds both have a score for, in seed order (None where none)."""
     seeds = sorted(s for s, v in mine.items() if v is not None and theirs.get(s) is not None)
     differences = [float(mine[s]) - float(theirs[s]) for s in seeds]  # type: ignore[arg-type]
@@ -215,10 +218,16 @@ def paired_over_tasks(pairs: list[Paired]) -> PairedOverTasks | None:
     smallest = z * math.sqrt(float(variances.sum()) / n) / tasks
     needed = max(2, math.ceil((z / (tasks * TARGET)) ** 2 * float(variances.sum())))
     return PairedOverTasks(
-        pairs[0].config, pairs[0].baseline, [p.task for p in pairs], n, float(points[0]),
-        (float(intervals[0, 0]), float(intervals[1, 0])), simulated_coverage(n, tasks),
-        smallest, needed,
-    )  # fmt: skip
+        pairs[0].config,
+        pairs[0].baseline,
+        [p.task for p in pairs],
+        n,
+        float(points[0]),
+        (float(intervals[0, 0]), float(intervals[1, 0])),
+        simulated_coverage(n, tasks),
+        smallest,
+        needed,
+    )
 
 
 def sentence(paired: Paired) -> str:

@@ -217,29 +217,56 @@ def write_csv(rows: list[Row], path: Path, behaviour: dict[str, Behaviour] | Non
     best = _with_best(rows)
     with path.open("w", newline="") as file:
         writer = csv.writer(file)
-        writer.writerow([
-            "task", "config", "seeds", "n_final", "final_scores", "final_mean", "final_std_ddof1",
-            "final_t95_low", "final_t95_high", *(["n_best", "best_mean"] if best else []),
-            "dataset_behaviour", "target", "normalized", "steps", "parameters",
-            "reference_source", "dataset_ids",
-        ])  # fmt: skip
+        writer.writerow(
+            [
+                "task",
+                "config",
+                "seeds",
+                "n_final",
+                "final_scores",
+                "final_mean",
+                "final_std_ddof1",
+                "final_t95_low",
+                "final_t95_high",
+                *(["n_best", "best_mean"] if best else []),
+                "dataset_behaviour",
+                "target",
+                "normalized",
+                "steps",
+                "parameters",
+                "reference_source",
+                "dataset_ids",
+            ]
+        )
         for row in rows:
             average = row.task == "average"
             ci = None if average else t_interval(row.final)
             std = None if average else sample_std(row.final)
             found = _behaviour_of(row, behaviour)
-            writer.writerow([
-                row.task, row.config, " ".join(map(str, row.seeds)), len(row.final),
-                " ".join("nan" if s is None else f"{s:.4f}" for s in row.per_seed),
-                f"{np.mean(row.final):.4f}" if row.final else "",
-                "" if std is None else f"{std:.4f}",
-                *(["", ""] if ci is None else [f"{ci[0]:.4f}", f"{ci[1]:.4f}"]),
-                *([len(row.best), f"{np.mean(row.best):.4f}" if row.best else ""] if best else []),
-                "" if found.value is None else f"{found.value:.4f}",
-                " ".join(f"{t:g}" for t in row.targets), row.normalized,
-                " ".join(map(str, row.steps)), " ".join(map(str, row.parameters)),
-                "; ".join(row.references), "; ".join(row.datasets),
-            ])  # fmt: skip
+            writer.writerow(
+                [
+                    row.task,
+                    row.config,
+                    " ".join(map(str, row.seeds)),
+                    len(row.final),
+                    " ".join("nan" if s is None else f"{s:.4f}" for s in row.per_seed),
+                    f"{np.mean(row.final):.4f}" if row.final else "",
+                    "" if std is None else f"{std:.4f}",
+                    *(["", ""] if ci is None else [f"{ci[0]:.4f}", f"{ci[1]:.4f}"]),
+                    *(
+                        [len(row.best), f"{np.mean(row.best):.4f}" if row.best else ""]
+                        if best
+                        else []
+                    ),
+                    "" if found.value is None else f"{found.value:.4f}",
+                    " ".join(f"{t:g}" for t in row.targets),
+                    row.normalized,
+                    " ".join(map(str, row.steps)),
+                    " ".join(map(str, row.parameters)),
+                    "; ".join(row.references),
+                    "; ".join(row.datasets),
+                ]
+            )
     return path
 
 
@@ -312,25 +339,36 @@ def last_quarter_section(summaries: list[RunSummary], baseline: str | None) -> s
     if baseline is None:
         return ""
     configs = unique(sorted(s.config for s in summaries if s.config != baseline))
-    pairs = [p for c in configs for p in last_quarter_differences(summaries, c, baseline)
-             if len(p.seeds) > 1]  # fmt: skip
+    pairs = [
+        p
+        for c in configs
+        for p in last_quarter_differences(summaries, c, baseline)
+        if len(p.seeds) > 1
+    ]
     if not pairs:
         return ""
     paired = {(p.task, c, seed) for p in pairs for c in (p.config, p.baseline) for seed in p.seeds}
-    counts = sorted({len(quarter_scores(s.scores, s.steps))
-                     for s in summaries if (s.task, s.config, s.seed) in paired})  # fmt: skip
+    counts = sorted(
+        {
+            len(quarter_scores(s.scores, s.steps))
+            for s in summaries
+            if (s.task, s.config, s.seed) in paired
+        }
+    )
     evaluations = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
-    return "\n".join([
-        LAST_QUARTER_HEADING,
-        "",
-        "The final score is one evaluation, and where the curves wander it rests on where each "
-        "stands at the end. Here each run's score is the mean of its evaluations in the last "
-        f"quarter of its training (3/4 S < step <= S, the final one included: {evaluations} per "
-        "run here), compared seed by seed with the baseline as above.",
-        "",
-        *(f"- {paired_sentence(p)}" for p in pairs),
-        *_last_quarter_over_tasks(summaries, configs, baseline),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            LAST_QUARTER_HEADING,
+            "",
+            "The final score is one evaluation, and where the curves wander it rests on where each "
+            "stands at the end. Here each run's score is the mean of its evaluations in the last "
+            f"quarter of its training (3/4 S < step <= S, the final one included: {evaluations} per "
+            "run here), compared seed by seed with the baseline as above.",
+            "",
+            *(f"- {paired_sentence(p)}" for p in pairs),
+            *_last_quarter_over_tasks(summaries, configs, baseline),
+        ]
+    )
 
 
 LAST_QUARTER_OVER_TASKS_HEADING = "## Paired differences over tasks, over the last quarter"
@@ -462,12 +500,14 @@ def aggregate_figures(found: list[Aggregate], out: Path) -> list[tuple[Path, str
     intervals: dict[str, np.ndarray | None] = {agg.config: agg.intervals for agg in found}
     title = "normalised final score over tasks: point estimates and 95% CIs"
     figure = interval_figure(title, list(METRICS), points, intervals, "normalised score")
-    written = [(
-        save(figure, out / "aggregates.png"),
-        f"IQM, mean and optimality gap of the normalised final scores per config (bar: the 95% "
-        f"stratified bootstrap CI, {bootstrap}; black line: the point estimate), from {runs} runs "
-        f"({counts}).",
-    )]  # fmt: skip
+    written = [
+        (
+            save(figure, out / "aggregates.png"),
+            f"IQM, mean and optimality gap of the normalised final scores per config (bar: the 95% "
+            f"stratified bootstrap CI, {bootstrap}; black line: the point estimate), from {runs} runs "
+            f"({counts}).",
+        )
+    ]
     every = np.concatenate([agg.scores.ravel() for agg in found])
     taus = np.linspace(min(0.0, every.min()), max(GAMMA, every.max()), 101)
     profiles, bands = {}, {}
@@ -480,12 +520,14 @@ def aggregate_figures(found: list[Aggregate], out: Path) -> list[tuple[Path, str
         profiles[label] = profile["x"]
         bands[label] = band["x"]
     figure = profile_figure("performance profile: normalised final score", taus, profiles, bands)
-    written.append((
-        save(figure, out / "performance_profile.png"),
-        f"Performance profiles: the fraction of a config's runs whose normalised final score is "
-        f"above each score τ (band: its 95% stratified bootstrap CI, {bootstrap}), from {runs} "
-        f"runs ({counts}).",
-    ))  # fmt: skip
+    written.append(
+        (
+            save(figure, out / "performance_profile.png"),
+            f"Performance profiles: the fraction of a config's runs whose normalised final score is "
+            f"above each score τ (band: its 95% stratified bootstrap CI, {bootstrap}), from {runs} "
+            f"runs ({counts}).",
+        )
+    )
     return written
 
 
@@ -627,8 +669,11 @@ def figures(summaries: list[RunSummary], out: Path) -> list[Path]:
         # (config, curve) pairs, so that the curves are known not to be None
         with_curves = [(r.config, r.curve) for r in mine if r.curve is not None]
         if with_curves:
-            panels = {c: [curve_points(curve) for name, curve in with_curves if name == c]
-                      for c in configs if any(name == c for name, _ in with_curves)}  # fmt: skip
+            panels = {
+                c: [curve_points(curve) for name, curve in with_curves if name == c]
+                for c in configs
+                if any(name == c for name, _ in with_curves)
+            }
             reference = with_curves[0][1].reference
             title = f"{task}: achieved against target return"
             figure = conditioning_figure(panels, title, reference)
@@ -641,8 +686,11 @@ def figures(summaries: list[RunSummary], out: Path) -> list[Path]:
         for block in range(max(len(spectra) for _, spectra in with_spectra)):
             curves = {}
             for config in configs:
-                here = [(r, spectra) for r, spectra in with_spectra
-                        if r.config == config and block < len(spectra)]  # fmt: skip
+                here = [
+                    (r, spectra)
+                    for r, spectra in with_spectra
+                    if r.config == config and block < len(spectra)
+                ]
                 if here:
                     kind = attention_label(here[0][0].block_kinds[block])
                     curves[f"{config} ({kind})"] = [spectra[block] for _, spectra in here]

@@ -265,10 +265,13 @@ class Improvement:
 
 def _metrics(scores: np.ndarray) -> np.ndarray:
     _, metrics = rliable_modules()
-    return np.array([
-        metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores),
-        metrics.aggregate_optimality_gap(scores, GAMMA),
-    ])  # fmt: skip
+    return np.array(
+        [
+            metrics.aggregate_iqm(scores),
+            metrics.aggregate_mean(scores),
+            metrics.aggregate_optimality_gap(scores, GAMMA),
+        ]
+    )
 
 
 def aggregates(rows: list[Row], exclude: Collection[str] = ()) -> tuple[list[Aggregate], list[str]]:

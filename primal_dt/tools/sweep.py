@@ -130,14 +130,20 @@ class Sweep:
 
     def begin(self, cell: GridCell) -> None:
         self.started[cell.name] = time.monotonic()
-        what = {"start": "start", "resume": f"resume from step {cell.from_step}",
-                "evaluate": "final evaluation"}[cell.action]  # fmt: skip
+        what = {
+            "start": "start",
+            "resume": f"resume from step {cell.from_step}",
+            "evaluate": "final evaluation",
+        }[cell.action]
         self.out(f"[{len(self.started)}/{len(self.todo)}] {cell.name}: {what}")
 
     def end(
-        self, cell: GridCell, returncode: int | None, reason: str | None = None,
+        self,
+        cell: GridCell,
+        returncode: int | None,
+        reason: str | None = None,
         log: Path | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         seconds = time.monotonic() - self.started[cell.name]
         done = returncode == 0 and with_action(cell).action == "finished"
         if done:
@@ -258,9 +264,13 @@ def start_logged(cmd: list[str], log: Path | str, env: dict[str, str]) -> subpro
     gets its own session: a Ctrl-C reaches it once, forwarded by the sweep (_stop)."""
     with open(log, "ab") as file:
         return subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=file, stderr=subprocess.STDOUT,
-            env={**os.environ, **env}, start_new_session=True,
-        )  # fmt: skip
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
 
 
 def logged_command(cmd: list[str], log: str, env: dict[str, str]) -> int:

@@ -162,13 +162,27 @@ def assemble(config: Config, data: TaskData, run_dir: Path) -> Trainer:
     optimizer = adamw(model.parameters(), device, lr=train.lr, weight_decay=train.weight_decay)
     scheduler = warmup_schedule(optimizer, train.warmup_steps)
     sampler = WindowSampler(
-        data.episodes, state_mean, state_std, config.model.context_len, train.return_scale,
-        device, seed=train.seed,
-    )  # fmt: skip
+        data.episodes,
+        state_mean,
+        state_std,
+        config.model.context_len,
+        train.return_scale,
+        device,
+        seed=train.seed,
+    )
     return Trainer(
-        config, data, RunDir(run_dir), device, model, optimizer, scheduler, sampler, evaluator,
-        state_mean, state_std,
-    )  # fmt: skip
+        config,
+        data,
+        RunDir(run_dir),
+        device,
+        model,
+        optimizer,
+        scheduler,
+        sampler,
+        evaluator,
+        state_mean,
+        state_std,
+    )
 
 
 def default_run_dir(task: str, config_name: str, seed: int) -> Path:

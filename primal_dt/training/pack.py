@@ -138,8 +138,15 @@ class PackedModel:
         if first.config.train.compile:
             prepare_compile(self.device)
             if self.device.type == "cuda":
-                static([*self.params.values(), *self.buffers.values(), *self.exp_avgs.values(),
-                        *self.exp_avg_sqs.values(), self.count])  # fmt: skip
+                static(
+                    [
+                        *self.params.values(),
+                        *self.buffers.values(),
+                        *self.exp_avgs.values(),
+                        *self.exp_avg_sqs.values(),
+                        self.count,
+                    ]
+                )
             mode = first.config.train.compile_mode
             self.step_all = torch.compile(batched, mode=mode, dynamic=False)
 
@@ -199,9 +206,12 @@ class PackedModel:
         """How many dropout calls a training forward makes (each draws one pair of keys)."""
         with torch.no_grad(), supplied_keys(None) as supply:
             self.template(
-                batch.states[0], batch.actions[0], batch.returns_to_go[0], batch.timesteps[0],
+                batch.states[0],
+                batch.actions[0],
+                batch.returns_to_go[0],
+                batch.timesteps[0],
                 batch.mask[0],
-            )  # fmt: skip
+            )
         self.calls, self.counted = supply.used, True
 
     def step(self, step: int) -> list[Metrics]:
@@ -216,9 +226,15 @@ class PackedModel:
             self._redraw(step)
         keys = self._keys() if self.keyed else None
         act_loss, aux, grad_norm = self.step_all(
-            self.params, self.buffers, self.exp_avgs, self.exp_avg_sqs, self.count, keys, batch,
+            self.params,
+            self.buffers,
+            self.exp_avgs,
+            self.exp_avg_sqs,
+            self.count,
+            keys,
+            batch,
             *self.values,
-        )  # fmt: skip
+        )
         aux_name = self.template.aux_loss_name
         return [
             {"action_loss": act_loss[run], aux_name: aux[run], "grad_norm": grad_norm[run]}

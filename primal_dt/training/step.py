@@ -122,9 +122,10 @@ def losses(
     form = packed() if settings.packed else nullcontext()
     with supply, form, autocast(settings.precision, settings.device):
         predicted, aux = functional_call(
-            model, (params, buffers),
+            model,
+            (params, buffers),
             (batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask),
-        )  # fmt: skip
+        )
     act_loss = action_loss(predicted, batch.actions, batch.mask)
     aux = aux.float()
     return act_loss + aux_weight * aux, (act_loss.detach(), aux.detach())
@@ -170,8 +171,13 @@ def make_step(model: DecisionTransformer, settings: StepSettings) -> Callable[..
     where they are used. vmap it over a pack's run dimension (pack.py), torch.compile it
     (train.compile)."""
 
-    def loss_of(params: dict[str, Tensor], buffers: dict[str, Tensor], keys: Tensor | None,
-                batch: Batch, aux_weight: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:  # fmt: skip
+    def loss_of(
+        params: dict[str, Tensor],
+        buffers: dict[str, Tensor],
+        keys: Tensor | None,
+        batch: Batch,
+        aux_weight: Tensor,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         return losses(model, settings, params, buffers, keys, batch, aux_weight)
 
     gradient = grad(loss_of, has_aux=True)
@@ -192,9 +198,15 @@ def make_step(model: DecisionTransformer, settings: StepSettings) -> Callable[..
         grads, (act_loss, aux) = gradient(params, buffers, keys, batch, aux_weight)
         names = list(params)
         norm = update(
-            [params[n] for n in names], [grads[n] for n in names], [exp_avgs[n] for n in names],
-            [exp_avg_sqs[n] for n in names], count, lr, weight_decay, settings,
-        )  # fmt: skip
+            [params[n] for n in names],
+            [grads[n] for n in names],
+            [exp_avgs[n] for n in names],
+            [exp_avg_sqs[n] for n in names],
+            count,
+            lr,
+            weight_decay,
+            settings,
+        )
         return act_loss, aux, norm
 
     return step
@@ -230,8 +242,13 @@ class WholeStep:
     AdamW's state, compiled into one graph: called with a batch, it updates them in place and
     returns the step's metrics, on the device."""
 
-    def __init__(self, model: DecisionTransformer, optimizer: torch.optim.Optimizer,
-                 config: Config, device: torch.device) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: DecisionTransformer,
+        optimizer: torch.optim.Optimizer,
+        config: Config,
+        device: torch.device,
+    ) -> None:
         names = [name for name, _ in model.named_parameters()]
         states = adam_state(optimizer, list(model.parameters()))
         self.params = {name: param.detach() for name, param in model.named_parameters()}
@@ -244,8 +261,15 @@ class WholeStep:
         self.values = (lr[0], decay[0], aux[0])
         self.aux_name = model.aux_loss_name
         if device.type == "cuda":
-            static([*self.params.values(), *self.buffers.values(), *self.exp_avgs.values(),
-                    *self.exp_avg_sqs.values(), self.count])  # fmt: skip
+            static(
+                [
+                    *self.params.values(),
+                    *self.buffers.values(),
+                    *self.exp_avgs.values(),
+                    *self.exp_avg_sqs.values(),
+                    self.count,
+                ]
+            )
         step = make_step(model, step_settings(config, device, model))
         prepare_compile(device)
         self.step = torch.compile(step, mode=config.train.compile_mode, dynamic=False)
@@ -256,7 +280,13 @@ class WholeStep:
 
     def __call__(self, batch: Batch) -> dict[str, Tensor]:
         act_loss, aux, norm = self.step(
-            self.params, self.buffers, self.exp_avgs, self.exp_avg_sqs, self.count, None, batch,
+            self.params,
+            self.buffers,
+            self.exp_avgs,
+            self.exp_avg_sqs,
+            self.count,
+            None,
+            batch,
             *self.values,
-        )  # fmt: skip
+        )
         return {"action_loss": act_loss, self.aux_name: aux, "grad_norm": norm}
