@@ -7,53 +7,25 @@ Decision Transformer with its config. Importing it needs torch alone: the enviro
 and logging are imported by the modules that use them.
 
 The names load on first use (PEP 562), so that `primal-dt --help` and the modules that need no
-torch start without importing it.
+torch start without importing it; the kinds' classes are exported as the registry lists them.
 """
 
 import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from primal_dt.method import (
-        ATTENTIONS,
-        CosformerAttention,
-        DecisionTransformer,
-        FlowformerAttention,
-        LinearAttention,
-        ModelConfig,
-        PerformerAttention,
-        PrimalAttention,
-        ReformerAttention,
-        SoftmaxAttention,
-        build_attention,
-        ksvd_loss,
-        ksvd_objective,
-    )
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ATTENTIONS",
-    "SoftmaxAttention",
-    "CosformerAttention",
-    "DecisionTransformer",
-    "FlowformerAttention",
-    "LinearAttention",
-    "ModelConfig",
-    "PerformerAttention",
-    "PrimalAttention",
-    "ReformerAttention",
-    "build_attention",
-    "ksvd_loss",
-    "ksvd_objective",
-]
-
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module("primal_dt.method"), name)
+    """The method's names (primal_dt.method: its API and every kind's class), loaded on first use;
+    `__all__` is theirs too, so that it lists every registered kind."""
+    if name.startswith("__") and name != "__all__":
+        raise AttributeError(f"module 'primal_dt' has no attribute {name!r}")
+    method = importlib.import_module("primal_dt.method")
+    if name == "__all__" or name in method.__all__:
+        return getattr(method, name)
     raise AttributeError(f"module 'primal_dt' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return sorted([*globals(), *importlib.import_module("primal_dt.method").__all__])

@@ -196,14 +196,18 @@ def test_a_run_saved_by_an_older_version_loads_evaluates_and_resumes(
     assert model.pop("attention") == ["softmax", "softmax", "primal"]
     assert model.pop("attention_settings") == {"primal": {"rank": 8, "init": "public"}}
     model.update(OLDER_MODELS[older])
+    train = payload["config"]["train"]
+    train["ksvd_weight"] = train.pop("aux_weight")  # train.aux_weight's older name
     del payload[DIGEST_KEY]  # such a checkpoint also predates digests
     torch.save(payload, checkpoint)
     saved = json.loads((run_dir / "config.json").read_text())
     saved["model"] = model
+    saved["train"]["ksvd_weight"] = saved["train"].pop("aux_weight")
     (run_dir / "config.json").write_text(json.dumps(saved))
     snapshot = read_snapshot(checkpoint)
     assert snapshot.config.model.block_kinds() == ["softmax", "softmax", "primal"]
     assert snapshot.config.model.attention_settings == {"primal": {"rank": 8, "init": "public"}}
+    assert snapshot.config.train.aux_weight == train["ksvd_weight"]
     built = snapshot.build_model("cpu")
     assert set(built.state_dict()) == set(payload["model"])
     assert main(eval_args) == 0
@@ -302,16 +306,24 @@ class PrefixMeanAttention(ProjectedAttention):
         return self.output(y, rows), None
 
 
-def test_a_new_kind_is_one_class_and_one_registry_line(monkeypatch) -> None:
-    """What adding an eighth attention takes: its class (with its settings), one registry line,
-    and a config naming it; it is then built, checked and trained like the others."""
-    monkeypatch.setattr(registry, "ATTENTIONS", dict(registry.ATTENTIONS))  # undone after
-    registry.register("prefix-mean", PrefixMeanAttention)
+@pytest.fixture
+def kinds_restored():
+    """The registry as it was before the test, whatever the test registered."""
+    before = dict(ATTENTIONS)
+    yield
+    ATTENTIONS.clear()
+    ATTENTIONS.update(before)
+
+
+def test_a_new_kind_is_one_class_that_registers_itself(kinds_restored) -> None:
+    """What adding an eighth attention takes: its class (with its settings), marked with
+    @register, and a config naming it; it is then built, checked and trained like the others."""
+    registry.register("prefix-mean")(PrefixMeanAttention)
     with pytest.raises(ValueError, match="clashes with the registered 'prefix-mean'"):
-        registry.register("prefix-mean", PrefixMeanAttention)
+        registry.register("prefix-mean")(PrefixMeanAttention)
     again = type("Again", (PrefixMeanAttention,), {"label": "softmax"})
     with pytest.raises(ValueError, match="label 'softmax'"):
-        registry.register("softmax-again", again)
+        registry.register("softmax-again")(again)
     base = [
         "model.n_layer=2",
         "model.embed_dim=16",
@@ -359,7 +371,7 @@ def test_a_new_kind_is_one_class_and_one_registry_line(monkeypatch) -> None:
     assert losses[-1] < 0.5 * losses[0], losses
 
 
-def test_the_auxiliary_loss_is_named_by_its_kind(monkeypatch) -> None:
+def test_the_auxiliary_loss_is_named_by_its_kind(kinds_restored) -> None:
     """Training logs a model's auxiliary loss under its kind's name (train/ksvd_loss for Primal's),
     a generic one where kinds with different ones are mixed, and Primal's name, at zero, where no
     block has one (DT and Primal-DT plot on one chart)."""
@@ -372,8 +384,7 @@ def test_the_auxiliary_loss_is_named_by_its_kind(monkeypatch) -> None:
             y, _ = super().forward(x, mask, rows, objective)
             return y, (x.square().mean(dim=(1, 2)) if objective else None)
 
-    monkeypatch.setattr(registry, "ATTENTIONS", dict(registry.ATTENTIONS))
-    registry.register("prefix-loss", WithLoss)
+    registry.register("prefix-loss")(WithLoss)
     for kinds, name in [
         (["softmax", "softmax"], "ksvd_loss"),
         (["softmax", "primal"], "ksvd_loss"),

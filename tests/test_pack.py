@@ -276,8 +276,8 @@ def test_runs_of_a_pack_may_differ_in_their_values(minari_root, tmp_path) -> Non
     if DEVICE != "cpu":
         base.append("model.dropout=0.0")
     values = [
-        ("train.lr=1e-4", "train.ksvd_weight=0.05"),
-        ("train.lr=3e-4", "train.weight_decay=0.01", "train.ksvd_weight=0.2"),
+        ("train.lr=1e-4", "train.aux_weight=0.05"),
+        ("train.lr=3e-4", "train.weight_decay=0.01", "train.aux_weight=0.2"),
     ]
     configs = [
         load_config(None, [*base, *v, f"train.seed={seed}"]) for seed, v in enumerate(values)

@@ -37,6 +37,9 @@ MECHANICS = {
     "data": {"download"},
 }
 
+#: Keys renamed, read as their new names from older config files, checkpoints and --set.
+RENAMED_KEYS = {"train.ksvd_weight": "train.aux_weight"}
+
 #: Keys of [model] from before each kind owned its settings, read from older config files,
 #: checkpoints and --set as the setting they became, (kind, setting). Each applied only where a
 #: block has that kind, as they were (older checkpoints carry every kind's, with defaults).
@@ -159,8 +162,9 @@ class TrainConfig:
     weight_decay: float = 1e-4  #: AdamW's decoupled weight decay
     warmup_steps: int = 10_000  #: linear warm-up of the learning rate from 0, then constant
     grad_clip: float = 0.25  #: the gradients' global norm is clipped to this
-    #: eta: weight of the auxiliary loss (Primal's KSVD loss); none without one
-    ksvd_weight: float = 0.05
+    #: eta: the weight of the auxiliary loss, the kind's own (Primal's KSVD loss; a kind without
+    #: one has none). Read from ``train.ksvd_weight`` too, its older name.
+    aux_weight: float = 0.05
     return_scale: float = 1000.0  #: returns-to-go are divided by this
     seed: int = 0  #: seeds weights, sampling, dropout and evaluation episodes (0..2^32-1)
     device: str = "auto"  #: "auto" (CUDA when present), "cpu", "cuda" or "cuda:N"
@@ -185,7 +189,7 @@ class TrainConfig:
         _positive(self, "train", "lr", "return_scale", "grad_clip")
         for name in (
             "weight_decay",
-            "ksvd_weight",
+            "aux_weight",
             "warmup_steps",
             "eval_every",
             "keep_checkpoints",

@@ -15,7 +15,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from primal_dt.common.config import LEGACY_SETTINGS, Config, ModelConfig
+from primal_dt.common.config import LEGACY_SETTINGS, RENAMED_KEYS, Config, ModelConfig
 from primal_dt.common.errors import ConfigError, did_you_mean
 from primal_dt.common.resources import resource_dir
 
@@ -61,7 +61,8 @@ def _type_name(hint: Any) -> str:
 def _apply(target: Any, values: dict[str, Any], prefix: str) -> None:
     hints = typing.get_type_hints(type(target))
     for name, value in values.items():
-        key = f"{prefix}{name}"
+        key = RENAMED_KEYS.get(f"{prefix}{name}", f"{prefix}{name}")
+        name = key.rsplit(".", 1)[-1]
         if isinstance(target, ModelConfig) and (name in LEGACY_SETTINGS or name == "primal_blocks"):
             hint = str | list[int] if name == "primal_blocks" else Any
             target.__dict__.setdefault("_legacy", {})[name] = check_type(value, hint, key)

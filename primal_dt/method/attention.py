@@ -66,7 +66,13 @@ from torch import Tensor, nn
 from primal_dt.common.config import ModelConfig
 from primal_dt.common.errors import did_you_mean
 from primal_dt.method.dropout import Dropout, dropout
-from primal_dt.method.layer import AttentionLayer, ProjectedAttention, check_arguments, split_heads
+from primal_dt.method.layer import (
+    AttentionLayer,
+    ProjectedAttention,
+    check_arguments,
+    register,
+    split_heads,
+)
 
 
 def causal_padding_mask(mask: Tensor) -> Tensor:
@@ -95,6 +101,7 @@ def explicit_attention(
     return torch.matmul(dropout(probs, dropout_p, dropout_p > 0.0), v)
 
 
+@register("softmax")
 class SoftmaxAttention(ProjectedAttention):
     """Multi-head causal softmax attention over the real tokens of each prefix.
 
@@ -256,6 +263,7 @@ class PrimalSettings:
             )
 
 
+@register("primal")
 class PrimalAttention(AttentionLayer):
     """Masked (causal) Primal-Attention with its KSVD loss, steps P1-P6 and K1-K2 of the module
     docstring.
@@ -426,7 +434,7 @@ def ksvd_objective(scores: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Te
 def ksvd_loss(scores: Tensor, lam: Tensor, we: Tensor, wr: Tensor, mask: Tensor) -> Tensor:
     """The KSVD loss of each sequence, J^2 (step K2): PrimalAttention.forward's auxiliary loss.
 
-    Its batch mean is the layer's KSVD loss; training adds train.ksvd_weight (eta, 0.05 in the
+    Its batch mean is the layer's KSVD loss; training adds train.aux_weight (eta, 0.05 in the
     paper) times the mean of it over the Primal layers to the action loss. By the paper's Lemma
     4.2 the KSVD stationary point has J = 0, so driving J^2 to zero imposes it.
 

@@ -28,11 +28,12 @@ from torch import Tensor
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.method.causal_linear import sums_and_normaliser
-from primal_dt.method.layer import ProjectedAttention
+from primal_dt.method.layer import ProjectedAttention, register
 
 EPS = 1e-6
 
 
+@register("cosformer")
 class CosformerAttention(ProjectedAttention):
     """Causal cosFormer attention, steps C1-C4 of the module docstring; max_length is M."""
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from primal_dt.method.causal_linear import causal_linear_attention
-from primal_dt.method.layer import ProjectedAttention
+from primal_dt.method.layer import ProjectedAttention, register
 
 EPS = 1e-6
 CLIP = 10.0
@@ -57,6 +57,7 @@ def flows(queries: Tensor, keys: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, 
     return to_sink, allocation, competition
 
 
+@register("flowformer")
 class FlowformerAttention(ProjectedAttention):
     """Causal Flow-Attention, steps F1-F5 of the module docstring."""
 

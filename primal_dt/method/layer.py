@@ -1,4 +1,5 @@
-"""What every attention layer of the registry is: the one interface the transformer block calls.
+"""What every attention layer of the registry is: the one interface the transformer block calls,
+and `register`, the decorator with which a kind names itself where it is defined.
 
 A layer takes tokens x (B, L, D) and their padding mask m (B, L), 1 for real tokens (left out: every
 token real), and returns its output and its auxiliary loss. Each layer guarantees, and
@@ -18,7 +19,7 @@ subclass's forward, and which fills in a missing mask), so that a wrong shape, a
 an empty input is a ValueError naming what is expected rather than an error deep inside the layer.
 
 The auxiliary loss is a per-sequence term (B,) whose batch mean the model averages over the blocks
-that have one and adds, weighted by train.ksvd_weight, to the action loss; None for a layer without
+that have one and adds, weighted by train.aux_weight, to the action loss; None for a layer without
 one. A kind names its own (aux_loss_name, how training logs it): Primal-Attention's is its KSVD
 loss J^2, "ksvd_loss" (attention.py); no other attention here has one.
 
@@ -30,7 +31,7 @@ training step: a resumed run and an uninterrupted one draw the same.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -262,3 +263,35 @@ class Redrawn(AttentionLayer):
 def _read_seed(module: nn.Module, incompatible: object) -> None:
     assert isinstance(module, Redrawn)  # registered on Redrawn layers alone
     module.seed = int(module.draw_seed)
+
+
+#: Every attention kind by the name ``model.attention`` gives it, to its class, in the order of
+#: their names. Filled by ``register`` where each kind is defined; registry.py imports every
+#: module of this folder, so that a kind is one file.
+ATTENTIONS: dict[str, type[AttentionLayer]] = {}
+
+Kind = TypeVar("Kind", bound=type[AttentionLayer])
+
+
+def register(kind: str) -> Callable[[Kind], Kind]:
+    """The class decorator that makes a class the attention kind `kind`. A ValueError where the
+    name, the class or its label (how reports name it) is taken already, so that no kind
+    silently replaces another."""
+
+    def add(cls: Kind) -> Kind:
+        if not issubclass(cls, AttentionLayer) or not cls.label:
+            raise ValueError(
+                f"attention {kind!r}: {cls.__name__} must be an AttentionLayer with a label"
+            )
+        for taken, other in ATTENTIONS.items():
+            if kind == taken or cls is other or cls.label == other.label:
+                raise ValueError(
+                    f"attention {kind!r} ({cls.__name__}, label {cls.label!r}) clashes with the "
+                    f"registered {taken!r} ({other.__name__}, label {other.label!r})"
+                )
+        added: dict[str, type[AttentionLayer]] = {**ATTENTIONS, kind: cls}
+        ATTENTIONS.clear()
+        ATTENTIONS.update(sorted(added.items()))
+        return cls
+
+    return add

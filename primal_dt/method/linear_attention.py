@@ -18,11 +18,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from primal_dt.method.causal_linear import sums_and_normaliser
-from primal_dt.method.layer import ProjectedAttention
+from primal_dt.method.layer import ProjectedAttention, register
 
 EPS = 1e-6
 
 
+@register("linear")
 class LinearAttention(ProjectedAttention):
     """Causal linear attention, steps L1-L3 of the module docstring."""
 

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.method.causal_linear import sums_and_normaliser
-from primal_dt.method.layer import ProjectedAttention, Redrawn, step_generator
+from primal_dt.method.layer import ProjectedAttention, Redrawn, register, step_generator
 
 
 def orthogonal_features(m: int, d: int, generator: torch.Generator) -> Tensor:
@@ -74,6 +74,7 @@ class PerformerSettings:
             raise ValueError(f"redraw must be >= 0, got {self.redraw}")
 
 
+@register("performer")
 class PerformerAttention(ProjectedAttention, Redrawn):
     """Causal FAVOR+ attention, steps R1-R5 of the module docstring."""
 

@@ -47,6 +47,7 @@ from primal_dt.method.layer import (
     at_rows,
     check_arguments,
     merge_heads,
+    register,
     split_heads,
     step_generator,
 )
@@ -89,6 +90,7 @@ class ReformerSettings:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
+@register("reformer")
 class ReformerAttention(Redrawn):
     """Causal LSH attention, steps H1-H6 of the module docstring."""
 

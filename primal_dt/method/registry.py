@@ -1,54 +1,56 @@
 """The attention kinds by name: a block's `model.attention` names one of these.
 
-Adding an attention takes one class in this folder (an AttentionLayer: layer.py), one `register`
-line here, its float64 reference in tests/test_efficient_attention.py (a test fails for a kind
-without one), and a config in configs/ that names it (docs/development.md, "Adding an attention").
+A kind is one file in this folder: its class (an AttentionLayer, layer.py), marked with
+``@register("name")``, with its settings class where it has settings; and its float64
+reference in tests/test_efficient_attention.py (a test fails for a kind without one). Importing
+this module imports every module of the folder, and of the folders $PRIMAL_DT_KINDS names
+(load_kinds), so each kind is registered, and the
+package's exports, the configuration reference and the configs' checks find it from here
+(docs/development.md, "Adding an attention").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import os
+import pkgutil
+import sys
 import typing
 from typing import Any
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.common.errors import ConfigError, did_you_mean
 from primal_dt.common.loading import check_type
-from primal_dt.method.attention import PrimalAttention, SoftmaxAttention
-from primal_dt.method.cosformer import CosformerAttention
-from primal_dt.method.flowformer import FlowformerAttention
-from primal_dt.method.layer import AttentionLayer
-from primal_dt.method.linear_attention import LinearAttention
-from primal_dt.method.performer import PerformerAttention
-from primal_dt.method.reformer import ReformerAttention
+from primal_dt.method.layer import ATTENTIONS, AttentionLayer, register
 
-#: Every attention kind by the name that ``model.attention`` gives it, to its AttentionLayer class.
-ATTENTIONS: dict[str, type[AttentionLayer]] = {}
-
-
-def register(kind: str, cls: type[AttentionLayer]) -> None:
-    """Add a kind under its name; a ValueError where the name, the class or its label (how
-    reports name it) is taken already, so that no kind silently replaces another."""
-    if not issubclass(cls, AttentionLayer) or not cls.label:
-        raise ValueError(
-            f"attention {kind!r}: {cls.__name__} must be an AttentionLayer with a label"
-        )
-    for taken, other in ATTENTIONS.items():
-        if kind == taken or cls is other or cls.label == other.label:
-            raise ValueError(
-                f"attention {kind!r} ({cls.__name__}, label {cls.label!r}) clashes with the "
-                f"registered {taken!r} ({other.__name__}, label {other.label!r})"
-            )
-    ATTENTIONS[kind] = cls
+__all__ = [
+    "ATTENTIONS",
+    "AttentionLayer",
+    "attention_class",
+    "attention_label",
+    "build_attention",
+    "check_kinds",
+    "kind_settings",
+    "load_kinds",
+    "register",
+]
 
 
-register("softmax", SoftmaxAttention)
-register("primal", PrimalAttention)
-register("linear", LinearAttention)
-register("reformer", ReformerAttention)
-register("performer", PerformerAttention)
-register("cosformer", CosformerAttention)
-register("flowformer", FlowformerAttention)
+#: Folders of kinds kept outside the package ($PRIMAL_DT_KINDS, separated by os.pathsep): their
+#: modules are imported as this package's own, in every process (the evaluator's included).
+KINDS_VARIABLE = "PRIMAL_DT_KINDS"
+
+
+def load_kinds() -> None:
+    """Import every module of this package, and of the folders $PRIMAL_DT_KINDS names, where each
+    kind registers itself."""
+    package = sys.modules[__package__]
+    for folder in filter(None, os.environ.get(KINDS_VARIABLE, "").split(os.pathsep)):
+        if folder not in package.__path__:
+            package.__path__.append(folder)
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{__package__}.{module.name}")
 
 
 def attention_class(kind: str) -> type[AttentionLayer]:
@@ -123,3 +125,6 @@ def build_attention(kind: str, config: ModelConfig) -> AttentionLayer:
 def attention_label(kind: str) -> str:
     """How reports and spectra name a kind ("Primal", "softmax", "Flowformer", ...)."""
     return ATTENTIONS[kind].label if kind in ATTENTIONS else kind
+
+
+load_kinds()

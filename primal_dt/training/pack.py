@@ -1,7 +1,7 @@
 """Many runs trained as one batched model: a pack.
 
 Runs of one task and one configuration that differ only in their seed (and in the values the step
-takes per run: train.lr, train.weight_decay, train.ksvd_weight) train in one process: the
+takes per run: train.lr, train.weight_decay, train.aux_weight) train in one process: the
 parameters, buffers and AdamW state of the R runs are stacked on a leading run dimension
 (torch.func.stack_module_state), and one step (step.py's whole step, vmapped over that dimension,
 and compiled with train.compile) trains them all, so that R small models fill a device as one
@@ -65,7 +65,7 @@ from primal_dt.training.trainer import EvaluationFailed, Metrics, Trainer, Train
 
 # The settings runs of one pack may differ in: values that the step takes per run (all others
 # shape the model, the data or the schedule that the runs share).
-PACK_FREE = ("train.seed", "train.lr", "train.weight_decay", "train.ksvd_weight")
+PACK_FREE = ("train.seed", "train.lr", "train.weight_decay", "train.aux_weight")
 
 
 # How a run is executed but for what a pack must share: its length and its device.

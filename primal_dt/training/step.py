@@ -8,7 +8,7 @@ and that torch.func.vmap runs for a pack of runs at once (pack.py), each run wit
 parameters, optimiser state and batch. It computes what trainer.py's eager step computes with
 autograd and torch.optim.AdamW:
 
-  S1. grads = d/dθ [action MSE + train.ksvd_weight · auxiliary loss] (action_loss below);
+  S1. grads = d/dθ [action MSE + train.aux_weight · auxiliary loss] (action_loss below);
   S2. each gradient times min(1, grad_clip / (‖g‖ + 1e-6)), ‖g‖ the global norm
       (torch.nn.utils.clip_grad_norm_);
   S3. for the n-th update (n = 1, 2, ...): lr_n = lr · min(n / warmup, 1) (warmup_schedule),
@@ -224,7 +224,7 @@ def step_settings(
 def hyper(configs: list[Config], device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
     """lr, weight_decay and the auxiliary loss's weight of each run, (R,) tensors (scalars where
     one config is given alone: see WholeStep)."""
-    values = [(c.train.lr, c.train.weight_decay, c.train.ksvd_weight) for c in configs]
+    values = [(c.train.lr, c.train.weight_decay, c.train.aux_weight) for c in configs]
     lr, decay, aux = torch.tensor(values, dtype=torch.float32, device=device).unbind(1)
     return lr, decay, aux
 

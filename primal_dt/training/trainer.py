@@ -225,7 +225,7 @@ class Trainer:
                 batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask
             )
         act_loss = action_loss(predicted, batch.actions, batch.mask)
-        loss = act_loss + cfg.ksvd_weight * aux.float()
+        loss = act_loss + cfg.aux_weight * aux.float()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
@@ -402,7 +402,7 @@ class Trainer:
         aux_name = self.model.aux_loss_name
         scalars = {
             **means,
-            "loss": means["action_loss"] + self.config.train.ksvd_weight * means[aux_name],
+            "loss": means["action_loss"] + self.config.train.aux_weight * means[aux_name],
             "lr": self.scheduler.get_last_lr()[0],
             "steps_per_sec": self.pending_count / (now - tick),
         }
