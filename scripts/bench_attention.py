@@ -37,7 +37,7 @@ from bench_common import (
 from doc_tables import publish, publish_so_far
 
 from primal_dt.common.config import ModelConfig
-from primal_dt.common.device import autocast
+from primal_dt.common.device import autocast, resolve_precision
 from primal_dt.method.registry import ATTENTIONS, attention_label, build_attention
 
 KINDS = tuple(ATTENTIONS)
@@ -71,7 +71,7 @@ def make_step(layer: torch.nn.Module, point: dict[str, Any]) -> Callable[[], Non
     mask[: batch // 4, : length // 2] = False
 
     def step() -> None:
-        with autocast("auto", device):  # what training runs (device.resolve_precision)
+        with autocast(resolve_precision("auto", device), device):  # what training runs
             y, j = layer(x, mask)
         loss = y.float().square().mean() + (j.float().mean() if j is not None else 0.0)
         loss.backward()

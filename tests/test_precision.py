@@ -42,9 +42,13 @@ def test_auto_is_bf16_exactly_where_the_cpu_has_a_bf16_unit(
     pretend_cpu(monkeypatch, amx, avx512_bf16)
     assert cpu_bf16_unit() == unit
     assert resolve_precision("auto", CPU) == expected
-    assert autocast_dtype("auto", CPU) == (torch.bfloat16 if expected == "bf16" else None)
+    dtype = autocast_dtype(resolve_precision("auto", CPU))
+    assert dtype == (torch.bfloat16 if expected == "bf16" else None)
     for forced in ("bf16", "fp32"):  # forcing one ignores the hardware
         assert resolve_precision(forced, CPU) == forced
+    # Resolved once: what reads a run's precision takes the resolved value alone.
+    with pytest.raises(ValueError, match='a resolved precision is "bf16" or "fp32"'):
+        autocast_dtype("auto")  # type: ignore[arg-type]
 
 
 def hparam(run_dir, name: str) -> str:

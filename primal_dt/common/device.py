@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import typing
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -63,26 +65,40 @@ def cpu_bf16_unit() -> str | None:
     return None
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
+#: What a run computes in, resolved once from train.precision (resolve_precision) when it starts,
+#: recorded in its config, and read as it is by training, evaluation and rollouts.
+Precision = Literal["bf16", "fp32"]
+
+
+def resolve_precision(precision: str, device: torch.device) -> Precision:
     """ "bf16" or "fp32" for a run's train.precision on device. "auto" is bf16 where the device
     multiplies it in hardware: a CUDA device that supports it (Ampere and later), a CPU with a
-    cpu_bf16_unit; else fp32. (On the project's 2-core AMD EPYC with AVX-512 BF16, a 3840 x 128 by
-    128 x 512 product ran 6.7 times faster in bf16: README, Performance.) Decided from what the
+    cpu_bf16_unit; else fp32 (docs/benchmarks.md has what bf16 gains). Decided from what the
     hardware is, never from a timing, so the same machine always resolves the same way."""
+    if precision in ("bf16", "fp32"):
+        return typing.cast(Precision, precision)
     if precision != "auto":
-        return precision
+        raise ValueError(f'precision must be "auto", "bf16" or "fp32", got {precision!r}')
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
     return "bf16" if device.type == "cpu" and cpu_bf16_unit() else "fp32"
 
 
-def recorded_precision(precision: str, device: torch.device) -> str:
+def as_precision(text: str) -> Precision:
+    """A run's recorded train.precision, read as the typed value it was resolved to; a
+    ValueError for anything else ("auto" included: a run records what it resolved to)."""
+    if text not in ("bf16", "fp32"):
+        raise ValueError(f'a resolved precision is "bf16" or "fp32", got {text!r}')
+    return typing.cast(Precision, text)
+
+
+def recorded_precision(precision: str, device: torch.device) -> Precision:
     """The precision a checkpoint's run trained in. Runs record the precision "auto" resolved to;
     a checkpoint that still says "auto" was written before that, when "auto" meant bf16 on CUDA
     and fp32 on a CPU, whatever the CPU."""
     if precision == "auto":
         return "bf16" if device.type == "cuda" else "fp32"
-    return precision
+    return resolve_precision(precision, device)
 
 
 def precision_chosen(asked: str, device: torch.device) -> str:
@@ -112,16 +128,16 @@ def precision_note(precision: str, device: torch.device) -> str | None:
     )
 
 
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The dtype matrix products run in: bf16 where `precision` resolves to it, else None (float32,
-    no autocast)."""
-    return torch.bfloat16 if resolve_precision(precision, device) == "bf16" else None
+def autocast_dtype(precision: Precision) -> torch.dtype | None:
+    """The dtype matrix products run in: bf16, or None (float32, no autocast). Only a resolved
+    precision: a run's, never "auto"."""
+    return torch.bfloat16 if as_precision(precision) == "bf16" else None
 
 
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """torch.autocast to bf16 where autocast_dtype says so, else nothing. (The KSVD loss and the
-    prefix means sum in float32 inside it: see attention.py.)"""
-    dtype = autocast_dtype(precision, device)
+def autocast(precision: Precision, device: torch.device) -> contextlib.AbstractContextManager:
+    """torch.autocast to bf16 for a bf16 run, else nothing. (The KSVD loss and the prefix means
+    sum in float32 inside it: see attention.py.)"""
+    dtype = autocast_dtype(precision)
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from primal_dt.common.config import check_device_name
-from primal_dt.common.device import autocast, autocast_dtype, recorded_precision
+from primal_dt.common.device import Precision, autocast, recorded_precision
 from primal_dt.common.errors import CheckpointError, ConfigError
 from primal_dt.evaluation.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
 from primal_dt.method.model import DecisionTransformer, evaluating
@@ -79,7 +79,7 @@ class Policy:
     state_std: torch.Tensor
     return_scale: float
     device: torch.device
-    precision: str = "auto"  # the run's recorded train.precision: it acts as it was trained
+    precision: Precision = "fp32"  # the run's recorded train.precision: it acts as it trained
 
     @property
     def context_len(self) -> int:
@@ -352,7 +352,7 @@ def evaluation_record(
         seconds=round(time.perf_counter() - start, 2),
         dataset_best_return=task.dataset_best_return,
         device=str(policy.device),
-        precision="bf16" if autocast_dtype(policy.precision, policy.device) else "fp32",
+        precision=policy.precision,
     )
     record.score = target_score(record)
     return record

@@ -4,6 +4,7 @@ checkpoint. Everything is checked before anything is written."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 import re
 import time
@@ -15,6 +16,7 @@ import torch
 from primal_dt.common.config import Config, flat_settings
 from primal_dt.common.cpu import training_threads
 from primal_dt.common.device import (
+    Precision,
     adamw,
     machine_name,
     precision_chosen,
@@ -134,6 +136,12 @@ def length_of(run: RunDir) -> int | None:
         return None
 
 
+def with_precision(config: Config, precision: Precision) -> Config:
+    """A copy of config whose train.precision is the resolved one (the caller's is left as it
+    was asked)."""
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, precision=precision))
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -145,8 +153,9 @@ def assemble(config: Config, data: TaskData, run_dir: Path) -> Trainer:
     train.compile asks), its optimiser, scheduler and sampler, and the run's evaluator, chosen
     here once (eval.service). Every setting is checked before anything is written."""
     device = resolve_device(config.train.device, "train.device")
-    # The run records what "auto" resolved to (config.json, hparams, checkpoints, eval records).
-    config.train.precision = resolve_precision(config.train.precision, device)
+    # Resolved once: the run records what "auto" resolved to (config.json, hparams, checkpoints,
+    # eval records), and everything after reads that (device.as_precision).
+    config = with_precision(config, resolve_precision(config.train.precision, device))
     check_step_fits(config, data.state_dim, data.act_dim, device)
     evaluator = make_evaluator(config, RunDir(run_dir))
     if device.type == "cpu":
@@ -229,7 +238,7 @@ def start_run(
         run.clear_start()
         trainer.notes.append(f"cleared an earlier start in {run_dir} that saved no checkpoint")
     machine = machine_name(trainer.device)
-    write_run_config(run, RunConfig(task.name, config_name, config, [machine]))
+    write_run_config(run, RunConfig(task.name, config_name, trainer.config, [machine]))
     return trainer
 
 
@@ -286,7 +295,7 @@ def resume_run(
         )
     # A run keeps the precision it started in (older checkpoints say "auto": recorded_precision).
     device = resolve_device(config.train.device, "train.device")
-    config.train.precision = recorded_precision(config.train.precision, device)
+    config = with_precision(config, recorded_precision(config.train.precision, device))
     trainer = assemble(config, data, run.path)
     note = precision_note(config.train.precision, trainer.device)
     trainer.notes.extend([note] if note else [])

@@ -35,7 +35,7 @@ from torch import Tensor
 from torch.func import functional_call, grad
 
 from primal_dt.common.config import Config
-from primal_dt.common.device import autocast
+from primal_dt.common.device import Precision, as_precision, autocast
 from primal_dt.data.episodes import Batch
 from primal_dt.method.batched import packed
 from primal_dt.method.dropout import supplied_keys
@@ -50,7 +50,7 @@ EPS = 1e-8
 class StepSettings:
     """What the step needs of train.* besides the tensors."""
 
-    precision: str
+    precision: Precision
     device: torch.device
     grad_clip: float
     warmup_steps: int
@@ -217,7 +217,12 @@ def step_settings(
 ) -> StepSettings:
     train = config.train
     return StepSettings(
-        train.precision, device, train.grad_clip, train.warmup_steps, model.aux_loss_name, pack
+        as_precision(train.precision),
+        device,
+        train.grad_clip,
+        train.warmup_steps,
+        model.aux_loss_name,
+        pack,
     )
 
 

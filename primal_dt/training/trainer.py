@@ -24,7 +24,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from primal_dt.common.config import Config
-from primal_dt.common.device import autocast
+from primal_dt.common.device import as_precision, autocast
 from primal_dt.common.errors import CheckpointError, PrimalDTError, first_line
 from primal_dt.common.progress import Progress, progress_bar
 from primal_dt.common.signals import StopSignals
@@ -220,7 +220,7 @@ class Trainer:
         self.model.redraw(self.step)  # random features and hashes: a function of the step
         if self.whole_step is not None:
             return self.whole_step(batch)
-        with autocast(cfg.precision, self.device):
+        with autocast(as_precision(cfg.precision), self.device):
             predicted, aux = self.model(
                 batch.states, batch.actions, batch.returns_to_go, batch.timesteps, batch.mask
             )
