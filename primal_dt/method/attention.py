@@ -92,9 +92,8 @@ def explicit_attention(
     q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor, dropout_p: float
 ) -> Tensor:
     """softmax(q k^T / sqrt(d), masked) v, with dropout on the probabilities, written out: what
-    scaled_dot_product_attention computes, for a CPU. There SDPA's kernels were slower at the DT's
-    sizes (one block's attention, forward and backward, took about 1.8 times as long in bf16 and
-    as long in float32, measured while writing this), and with dropout it draws torch's
+    scaled_dot_product_attention computes, for a CPU, where SDPA's kernels are no faster at the
+    DT's sizes (scripts/bench_attention.py; docs/benchmarks.md) and, with dropout, draw torch's
     sequential random numbers, where dropout.py draws them in parallel."""
     scores = torch.matmul(q, k.transpose(-2, -1)).mul_(q.shape[-1] ** -0.5)
     probs = torch.softmax(scores.masked_fill_(~attn_mask, float("-inf")), dim=-1)

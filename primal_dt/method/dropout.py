@@ -2,14 +2,11 @@
 Mersenne Twister.
 
 torch's CPU dropout draws one Bernoulli sample at a time from its mt19937 generator, on one core
-(MKL's parallel generator serves Intel processors only): about 7 ns an element on this project's
-2-core AMD EPYC, 3.5 ms for one of the DT's (64, 59, 128) activations, where multiplying it by a
-mask takes 0.05 ms; the ten dropouts of a DT-size training step took about a quarter of it.
-Counter-based generators (CUDA's Philox, JAX's Threefry) make each element's random number a
-function of its index and a key, so that they are computed in parallel passes over the tensor.
-This module does that with torch's vectorised integer operations: forward and backward of that
-activation's dropout took 0.8 ms against torch's 2.6 to 2.9 ms, in float32 and in bf16 (these
-figures were measured while writing it; scripts/profile_step.py shows the masks' share now):
+(MKL's parallel generator serves Intel processors only), so that drawing a mask costs many times
+more than applying it. Counter-based generators (CUDA's Philox, JAX's Threefry) make each
+element's random number a function of its index and a key, so that they are computed in parallel
+passes over the tensor. This module does that with torch's vectorised integer operations
+(scripts/profile_step.py measures the masks' share of a training step; docs/benchmarks.md):
 
   D1. Two 32-bit keys are drawn per call from torch's default generator, a odd and b (so
       torch.manual_seed and a checkpoint's RNG state determine them, as they do torch's dropout).

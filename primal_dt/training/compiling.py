@@ -20,10 +20,9 @@ So primal-dt:
   the run ends with the same bits as one that never met the fault. A second failure is an
   error that says how to clear the cache or train without --compile.
 
-A cache per process would never be damaged by another, but pays the whole compile every run
-(42 to 50 s before the first steps of the matched config on this project's 2-core AMD EPYC,
-measured while writing this, against seconds from a warm cache); a damaged library is rare and
-recognised, so the shared cache is kept, and started afresh where it is damaged.
+A cache per process would never be damaged by another, but pays the whole compile every run,
+where a warm cache only reads the kernels; a damaged library is rare and recognised, so the
+shared cache is kept, and started afresh where it is damaged.
 """
 
 from __future__ import annotations
