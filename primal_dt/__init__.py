@@ -11,6 +11,7 @@ torch start without importing it; the kinds' classes are exported as the registr
 """
 
 import importlib
+import importlib.util
 from typing import Any
 
 __version__ = "0.1.0"
@@ -19,7 +20,8 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     """The method's names (primal_dt.method: its API and every kind's class), loaded on first use;
     `__all__` is theirs too, so that it lists every registered kind."""
-    if name.startswith("__") and name != "__all__":
+    submodule = importlib.util.find_spec(f"{__name__}.{name}") is not None
+    if submodule or (name.startswith("__") and name != "__all__"):  # no torch for `from . import`
         raise AttributeError(f"module 'primal_dt' has no attribute {name!r}")
     method = importlib.import_module("primal_dt.method")
     if name == "__all__" or name in method.__all__:

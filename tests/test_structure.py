@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -27,7 +29,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "primal_dt"
 # The layers, lowest first: each folder may import from itself and the folders before it. The
 # command line (cli.py, at the top of the package) may import from all of them.
 LAYERS = ("common", "data", "method", "store", "evaluation", "training", "tools")
-TOP = {"cli", "__init__", "__main__"}
+TOP = {"cli", "commands", "__init__", "__main__"}
 LAYOUT_NAMES = (
     "config.json",
     "ckpt.pt",
@@ -229,3 +231,10 @@ def test_a_checkpoint_with_unnamed_loss_sums_reads_with_their_names(tmp_path) ->
         "ksvd_loss": 2.0,
         "grad_norm": 3.0,
     }
+
+
+def test_the_command_line_starts_without_torch() -> None:
+    """`primal-dt --help` and the parser import no torch (the package's names load on first use,
+    and `from primal_dt import commands` is a submodule, not one of them)."""
+    code = "import sys, primal_dt.cli; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent).returncode == 0

@@ -126,8 +126,6 @@ class Trainer:
         for lock in self.locks:
             lock.release()
 
-    # --- snapshots and checkpoints -----------------------------------------------------------
-
     def snapshot(self, request: EvalRequest | None = None, resumable: bool = False) -> Snapshot:
         """The policy as it is now; resumable adds what continuing the run needs."""
         if self.sync is not None:
@@ -206,8 +204,6 @@ class Trainer:
         self.pending = {name: value.to(self.device) for name, value in state.pending_sums.items()}
         self.pending_count = state.pending_count
         self.evaluator.resume(state.results_shown)
-
-    # --- the loop ----------------------------------------------------------------------------
 
     def train_step(self, batch: Batch) -> Metrics:
         """One optimiser step; returns its metrics as device tensors (what `train/*` logs). The
