@@ -48,13 +48,12 @@ from primal_dt.store.snapshots import read_snapshot
 from primal_dt.tools.corl import CorlScores, corl_scores
 from primal_dt.tools.flatness import FLAT
 from primal_dt.tools.paper import paper_scores
-from primal_dt.tools.report import (
+from primal_dt.tools.report_comparisons import (
     LAST_QUARTER_HEADING,
     LAST_QUARTER_OVER_TASKS_HEADING,
     OVER_TASKS_HEADING,
-    PAPER_HEADING,
-    paper_table,
 )
+from primal_dt.tools.report_tables import PAPER_HEADING, paper_table
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "tests" / "policies"

@@ -27,7 +27,7 @@ from primal_dt.method.registry import ATTENTIONS, check_kinds
 from primal_dt.store.integrity import DIGEST_KEY
 from primal_dt.store.snapshots import read_snapshot
 from primal_dt.tools.paper import paper_scores
-from primal_dt.tools.report import spectrum_table
+from primal_dt.tools.report_tables import spectrum_table
 from primal_dt.tools.runs import read_run
 
 TABLE = list(paper_scores().columns)  # dt, linear-dt, ..., primal-dt

@@ -22,7 +22,7 @@ from primal_dt.tools.paired import (
     sentence,
     t_test_power,
 )
-from primal_dt.tools.report import (
+from primal_dt.tools.report_comparisons import (
     LAST_QUARTER_HEADING,
     LAST_QUARTER_OVER_TASKS_HEADING,
     comparisons_section,

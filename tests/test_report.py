@@ -33,7 +33,9 @@ from primal_dt.store.snapshots import read_snapshot, write_snapshot
 from primal_dt.tools.corl import CORL_HEADING, corl_scores, corl_table
 from primal_dt.tools.flatness import FLATNESS_HEADING, flatness_sentences, quarter_change
 from primal_dt.tools.paper import paper_scores
-from primal_dt.tools.report import paper_table, spectrum_sentences, write_report
+from primal_dt.tools.report import write_report
+from primal_dt.tools.report_data import read_report_data
+from primal_dt.tools.report_tables import paper_table, spectrum_sentences
 from primal_dt.tools.runs import (
     ReportError,
     Row,
@@ -474,10 +476,33 @@ def test_aggregates_with_enough_seeds_and_the_same_numbers_twice(
         assert counts in caption and "2000 resamples, seed 0" in caption, caption
         assert outside(saved[name]) == [], name
 
+    # report.json: the figures the text shows, as data, read back by their names.
+    data = read_report_data(report / "report.json")
+    assert data.baseline == "dt" and data.runs == 26 and data.dirs == [str(runs)]
+    by_name = {(p.task, p.config): p for p in data.paired}
+    assert set(by_name) == {
+        (t, c) for t in ("hopper-medium", "walker2d-medium") for c in ("primal-dt", "linear-dt")
+    }
+    for (task, config), paired in by_name.items():
+        mine = SCORES5[task, config] if config == "primal-dt" else [20.0, 22.0, 21.0]
+        differences = [a - b for a, b in zip(mine, SCORES5[task, "dt"], strict=False)]
+        assert paired.differences == pytest.approx(differences)
+        low, high = paired.interval
+        said = f"{config} − dt on {task}: {paired.mean:+.1f} [{low:+.1f}, {high:+.1f}]"
+        assert said in comparisons, said
+        assert f"could detect {paired.detectable:.1f} points" in comparisons
+    (over,) = [o for o in data.over_tasks if o.config == "primal-dt"]
+    assert over.tasks == ["hopper-medium", "walker2d-medium"] and over.pairs == 5
+    assert f"could detect {over.detectable:.1f} points" in text
+    (aggregate,) = [a for a in data.aggregates if a.config == "primal-dt"]
+    assert aggregate.points["IQM"] == pytest.approx(primal.points[0])
+    assert aggregate.seeds == 5 and aggregate.intervals["IQM"][0] <= aggregate.points["IQM"]
+
     # The same runs give the same numbers: the bootstrap's seed is fixed.
     np.random.seed(123)  # whatever the global generator's state, it is not used
     again, _ = write_report(runs, tmp_path / "again")
     assert (tmp_path / "again" / "report.md").read_text() == text
+    assert (tmp_path / "again" / "report.json").read_text() == (report / "report.json").read_text()
     assert (tmp_path / "again" / "report.csv").read_text() == (report / "report.csv").read_text()
     assert again in text
     # The same runs made in two parts (a task in each folder), read together: the same report.

@@ -26,7 +26,7 @@ from primal_dt.store.results import read_results
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot
 from primal_dt.tools.grid import GridCell, SweepError, SweepOptions, command, plan
-from primal_dt.tools.report import markdown_table
+from primal_dt.tools.report_tables import markdown_table
 from primal_dt.tools.runs import collect, group
 from primal_dt.tools.sweep import local_thread_env, ray_gpus, sweep_lock
 

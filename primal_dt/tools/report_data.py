@@ -1,0 +1,210 @@
+"""report.json: the figures the report's text shows, as data, by name, beside report.md, for
+whoever reads a study's results without parsing prose (scripts/results.py, people with their own
+plots). One dataclass (ReportData), one writer and one reader.
+
+It holds, from the same functions the text is written from: each task's and config's final
+scores per seed; the paired differences of every config against the baseline, per task and over
+tasks, on the final scores and on the last quarter's means (paired.py: mean, t interval, the
+difference the study detects at POWER, the seeds TARGET points would need); and each config's
+aggregates over tasks (statistics.py: IQM, mean and optimality gap with their intervals).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from primal_dt.tools.paired import (
+    POWER,
+    TARGET,
+    Paired,
+    PairedOverTasks,
+    last_quarter_differences,
+    paired_differences,
+    paired_over_tasks,
+)
+from primal_dt.tools.runs import Row, RunSummary, unique
+from primal_dt.tools.statistics import METRICS, Aggregate
+
+VERSION = 1
+
+
+@dataclass
+class TaskScores:
+    """One config's final scores on one task, seed by seed."""
+
+    task: str
+    config: str
+    seeds: list[int]
+    scores: list[float | None]  # per seed, None where a run has no final score
+    normalized: bool
+
+
+@dataclass
+class PairedResult:
+    """One task's paired differences, config − baseline (paired.Paired), and what they allow."""
+
+    task: str
+    config: str
+    baseline: str
+    seeds: list[int]
+    differences: list[float]
+    mean: float
+    interval: tuple[float, float] | None  # Student's t, 95%
+    detectable: float | None  # the smallest true difference detected with POWER
+    seeds_for_target: int | None  # the seeds TARGET points would need
+
+
+@dataclass
+class OverTasks:
+    """A config's mean paired difference over tasks (paired.PairedOverTasks)."""
+
+    config: str
+    baseline: str
+    tasks: list[str]
+    pairs: int
+    point: float
+    interval: tuple[float, float]
+    coverage: float
+    detectable: float
+    seeds_for_target: int
+
+
+@dataclass
+class AggregateResult:
+    """A config's aggregates over tasks (statistics.Aggregate): each metric's point and interval."""
+
+    config: str
+    tasks: list[str]
+    seeds: int
+    points: dict[str, float]
+    intervals: dict[str, tuple[float, float]]
+
+
+@dataclass
+class ReportData:
+    """Everything report.json holds (the module docstring)."""
+
+    dirs: list[str]
+    runs: int
+    baseline: str | None
+    power: float = POWER
+    target: float = TARGET
+    scores: list[TaskScores] = field(default_factory=list)
+    paired: list[PairedResult] = field(default_factory=list)
+    over_tasks: list[OverTasks] = field(default_factory=list)
+    last_quarter: list[PairedResult] = field(default_factory=list)
+    last_quarter_over_tasks: list[OverTasks] = field(default_factory=list)
+    aggregates: list[AggregateResult] = field(default_factory=list)
+    version: int = VERSION
+
+
+def _paired(found: Paired) -> PairedResult:
+    return PairedResult(
+        found.task,
+        found.config,
+        found.baseline,
+        list(found.seeds),
+        [float(d) for d in found.differences],
+        found.mean,
+        found.interval,
+        found.detectable,
+        found.seeds_for_target,
+    )
+
+
+def _over(found: PairedOverTasks) -> OverTasks:
+    return OverTasks(**dataclasses.asdict(found))
+
+
+def _aggregate(found: Aggregate) -> AggregateResult:
+    return AggregateResult(
+        found.config,
+        list(found.tasks),
+        found.shape[0],
+        {name: float(found.points[i]) for i, name in enumerate(METRICS)},
+        {name: found.interval(i) for i, name in enumerate(METRICS)},
+    )
+
+
+def report_data(
+    dirs: list[Path],
+    rows: list[Row],
+    summaries: list[RunSummary],
+    baseline: str | None,
+    aggregates: list[Aggregate],
+) -> ReportData:
+    """The report's figures, from what its sections are written from."""
+    data = ReportData([str(d) for d in dirs], len(summaries), baseline)
+    tasks = [row for row in rows if row.task != "average"]
+    data.scores = [
+        TaskScores(row.task, row.config, list(row.seeds), list(row.per_seed), row.normalized)
+        for row in tasks
+    ]
+    configs = [c for c in unique([row.config for row in tasks]) if c != baseline]
+    for config in configs if baseline is not None else []:
+        assert baseline is not None
+        pairs = paired_differences(rows, config, baseline)
+        late = last_quarter_differences(summaries, config, baseline)
+        data.paired += [_paired(p) for p in pairs]
+        data.last_quarter += [_paired(p) for p in late]
+        data.over_tasks += [_over(o) for o in [paired_over_tasks(pairs)] if o is not None]
+        data.last_quarter_over_tasks += [
+            _over(o) for o in [paired_over_tasks(late)] if o is not None
+        ]
+    data.aggregates = [_aggregate(found) for found in aggregates]
+    return data
+
+
+def _plain(value: Any) -> Any:
+    """JSON has no NaN or infinity: they are written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def write_report_data(data: ReportData, path: Path) -> Path:
+    path.write_text(json.dumps(_plain(dataclasses.asdict(data)), indent=1) + "\n")
+    return path
+
+
+def _pair(values: Any) -> tuple[float, float] | None:
+    return None if values is None else (float(values[0]), float(values[1]))
+
+
+def read_report_data(path: Path) -> ReportData:
+    """report.json as written by write_report_data."""
+    raw = json.loads(path.read_text())
+
+    def paired(item: dict[str, Any]) -> PairedResult:
+        return PairedResult(**{**item, "interval": _pair(item["interval"])})
+
+    def over(item: dict[str, Any]) -> OverTasks:
+        return OverTasks(**{**item, "interval": _pair(item["interval"])})
+
+    def aggregate(item: dict[str, Any]) -> AggregateResult:
+        intervals = {name: _pair(bounds) for name, bounds in item["intervals"].items()}
+        return AggregateResult(**{**item, "intervals": intervals})
+
+    return ReportData(
+        dirs=raw["dirs"],
+        runs=raw["runs"],
+        baseline=raw["baseline"],
+        power=raw["power"],
+        target=raw["target"],
+        scores=[TaskScores(**item) for item in raw["scores"]],
+        paired=[paired(item) for item in raw["paired"]],
+        over_tasks=[over(item) for item in raw["over_tasks"]],
+        last_quarter=[paired(item) for item in raw["last_quarter"]],
+        last_quarter_over_tasks=[over(item) for item in raw["last_quarter_over_tasks"]],
+        aggregates=[aggregate(item) for item in raw["aggregates"]],
+        version=raw["version"],
+    )
