@@ -34,5 +34,9 @@ autodoc_default_options = {"members": True, "show-inheritance": True}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 # torch's own types are not in this site's inventory; nitpicky mode (-n) would report each.
-nitpick_ignore_regex = [(r"py:.*", r"(torch|numpy|np|nn|Tensor|optional|Path)(\..*)?")]
+nitpick_ignore_regex = [
+    (r"py:.*", r"(torch|numpy|np|nn|Tensor|optional|Path)(\..*)?"),
+    # register's type variable (a subclass of AttentionLayer) and the standard Callable.
+    (r"py:class", r"(primal_dt\.method\.layer\.Kind|collections\.abc\.Callable)"),
+]
 smartquotes = False  # keep --option as typed (not an en dash)

@@ -128,6 +128,9 @@ def test_a_file_where_a_folder_is_needed_is_named_with_the_fix(
         (["--set", "model.attention=primall"], "primal"),
         (["--set", "model.attention_settings.primal.rnak=8"], "rank"),
         (["--set", "model.primal_blocks=lats"], "last"),
+        (["--set", "train.precision=bf61"], "bf16"),
+        (["--set", "train.compile_mode=reduce_overhead"], "reduce-overhead"),
+        (["--set", "eval.service=proces"], "process"),
         (["--dataset", "mujoco/hopper/mediun-v0"], "mujoco/hopper/medium-v0"),
     ],
 )

@@ -203,11 +203,12 @@ class TrainConfig:
         if self.precision not in PRECISIONS:
             raise ConfigError(
                 f"train.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
+                f"{did_you_mean(self.precision, PRECISIONS)}"
             )
         if self.compile_mode not in COMPILE_MODES:
             raise ConfigError(
                 f"train.compile_mode must be one of {', '.join(COMPILE_MODES)}, "
-                f"got {self.compile_mode!r}"
+                f"got {self.compile_mode!r}{did_you_mean(self.compile_mode, COMPILE_MODES)}"
             )
 
 
@@ -218,9 +219,8 @@ EVAL_SERVICES = ("process", "inline", "external")
 class EvalConfig:
     episodes: int = 10  #: episodes per target return at each evaluation during training
     final_episodes: int = 100  #: episodes per target at the end of training; 0: none
-    targets: list[float] = field(
-        default_factory=list
-    )  #: empty: the task's targets (``envs/*.toml``)
+    #: empty: the task's targets (``envs/*.toml``)
+    targets: list[float] = field(default_factory=list)
     #: 0 or 1: the episodes' environments step in the evaluating process (SyncVectorEnv);
     #: N > 1: each in its own process, N stepping at once (AsyncVectorEnv), for machines with cores.
     workers: int = 0
@@ -240,6 +240,7 @@ class EvalConfig:
         if self.service not in EVAL_SERVICES:
             raise ConfigError(
                 f"eval.service must be one of {', '.join(EVAL_SERVICES)}, got {self.service!r}"
+                f"{did_you_mean(self.service, EVAL_SERVICES)}"
             )
         check_device_name(self.device, "eval.device")
 
