@@ -45,13 +45,13 @@ from primal_dt.evaluation.rollout import (
     rollout,
 )
 from primal_dt.method.model import DecisionTransformer
-from primal_dt.store.snapshots import TaskRecord, read_snapshot
+from primal_dt.store.snapshots import TaskInfo, read_snapshot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracles import sequential_rollout  # noqa: E402  (the tests' oracle, timed here)
 
 
-def untrained_policy(spec: str, device: torch.device) -> tuple[Policy, TaskRecord]:
+def untrained_policy(spec: str, device: torch.device) -> tuple[Policy, TaskInfo]:
     """spec: a config name, optionally with overrides: 'primal-dt+model.embed_dim=64+...'."""
     torch.manual_seed(0)
     name, *overrides = spec.split("+")
@@ -64,7 +64,7 @@ def untrained_policy(spec: str, device: torch.device) -> tuple[Policy, TaskRecor
         config.train.return_scale,
         device,
     )
-    return policy, TaskRecord("untrained", (), "HalfCheetah-v5", {}, 1000, (6000.0,), None)
+    return policy, TaskInfo("untrained", (), "HalfCheetah-v5", {}, 1000, (6000.0,), None)
 
 
 def size_label(spec: str) -> str:
@@ -79,7 +79,7 @@ def size_label(spec: str) -> str:
 EpisodeRunner = Callable[[list[Job]], tuple[np.ndarray, np.ndarray]]
 
 
-def measure(label: str, policy: Policy, task: TaskRecord, args: argparse.Namespace) -> list[str]:
+def measure(label: str, policy: Policy, task: TaskInfo, args: argparse.Namespace) -> list[str]:
     """Rows of every evaluator of `policy`; the vectorised ones in each precision of the device,
     the sequential reference in float32."""
     jobs = make_jobs(task.eval_targets[:1], args.episodes, seed=0)

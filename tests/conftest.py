@@ -21,7 +21,7 @@ from primal_dt.data.tasks import Task
 from primal_dt.evaluation.rollout import Policy
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.dashboards import read_scalars
-from primal_dt.store.snapshots import TaskRecord
+from primal_dt.store.snapshots import TaskInfo
 from primal_dt.training.launch import start_run
 from primal_dt.training.trainer import Trainer
 
@@ -195,7 +195,7 @@ def tiny_trainer(task: Task, run_dir: Path, steps: int, *extra: str) -> Trainer:
     return start_run(config, task, run_dir)
 
 
-def hopper_policy() -> tuple[Policy, TaskRecord]:
+def hopper_policy() -> tuple[Policy, TaskInfo]:
     """An untrained but deterministic policy; reset noise makes the episodes end at different
     steps, some by falling (termination) and some at the 20-step limit (truncation)."""
     torch.manual_seed(0)
@@ -209,7 +209,5 @@ def hopper_policy() -> tuple[Policy, TaskRecord]:
     )
     model = DecisionTransformer(config, 11, 3, 1000)
     policy = Policy(model, torch.zeros(11), torch.full((11,), 0.2), 1000.0, torch.device("cpu"))
-    task = TaskRecord(
-        "test", (), "Hopper-v5", {"reset_noise_scale": 0.1}, 20, (3600.0, 1800.0), None
-    )
+    task = TaskInfo("test", (), "Hopper-v5", {"reset_noise_scale": 0.1}, 20, (3600.0, 1800.0), None)
     return policy, task

@@ -10,12 +10,12 @@ import torch
 from primal_dt.common.device import autocast
 from primal_dt.evaluation.rollout import Job, Policy
 from primal_dt.method.model import evaluating
-from primal_dt.store.snapshots import TaskRecord
+from primal_dt.store.snapshots import TaskInfo
 
 
 @torch.inference_mode()
 def sequential_rollout(
-    policy: Policy, task: TaskRecord, jobs: list[Job]
+    policy: Policy, task: TaskInfo, jobs: list[Job]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The reference implementations' evaluation: one episode after another, one model call per
     step with a batch of one, in the policy's precision. The baseline the vectorised rollout is

@@ -14,7 +14,7 @@ import pytest
 from conftest import train_args
 
 from primal_dt.cli import main
-from primal_dt.store.results import EvalRecord, append_result, read_results
+from primal_dt.store.results import EvalResult, append_result, read_results
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot
 
@@ -97,8 +97,8 @@ def test_a_checkpoint_on_a_full_disk_fails_in_one_line_and_keeps_the_previous(
     assert list(run_dir.rglob(".*.tmp")) == []  # no .ckpt.pt.*.tmp left behind
 
 
-def record(step: int, name: str = "run") -> EvalRecord:
-    return EvalRecord(step, name, error=f"evaluation {step} of {name}")
+def record(step: int, name: str = "run") -> EvalResult:
+    return EvalResult(step, name, error=f"evaluation {step} of {name}")
 
 
 def test_an_eval_result_on_a_full_disk_raises_and_leaves_no_partial_line(disk) -> None:
@@ -135,11 +135,11 @@ def test_eval_watch_on_a_disk_full_at_the_append_fails_in_one_line(
     append_result(run, record(5))
     pad = page - 64 - run.eval_log.stat().st_size
     run.eval_log.unlink()
-    append_result(run, EvalRecord(5, "run", error="x" * (pad + len(record(5).error))))
+    append_result(run, EvalResult(5, "run", error="x" * (pad + len(record(5).error))))
     saved = run.eval_log.read_bytes()
     assert len(saved) == page - 64
 
-    def append_on_a_full_disk(run: RunDir, record: EvalRecord) -> None:
+    def append_on_a_full_disk(run: RunDir, record: EvalResult) -> None:
         fill(disk)
         append_result(run, record)
         raise KeyboardInterrupt  # it was written: stop watching (the test fails below)

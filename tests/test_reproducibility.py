@@ -20,7 +20,7 @@ from conftest import results_script, scalars, train_args
 
 from primal_dt.cli import main
 from primal_dt.evaluation.rollout import EvalOptions
-from primal_dt.evaluation.service import CheckpointRecorder
+from primal_dt.evaluation.service import CheckpointEvaluator
 from primal_dt.store.locks import RunLock
 from primal_dt.store.results import read_results
 from primal_dt.store.rundir import RunDir
@@ -218,7 +218,7 @@ def test_a_resumed_run_prints_the_results_its_predecessor_never_printed(
     external = ('eval.service="external"', "train.eval_every=10", "eval.episodes=1")
     assert main(train_args(run_dir, 20, *external)) == 0
     assert read_results(RunDir(run_dir)) == []
-    with CheckpointRecorder(
+    with CheckpointEvaluator(
         RunDir(run_dir), EvalOptions(device="cpu"), torch.device("cpu")
     ) as evaluator:
         assert len(evaluator.evaluate_queue()) == 2

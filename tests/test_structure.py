@@ -19,7 +19,7 @@ from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import (
     EvalRequest,
     Snapshot,
-    TaskRecord,
+    TaskInfo,
     TrainingState,
     read_snapshot,
     write_snapshot,
@@ -165,7 +165,7 @@ def example_snapshot() -> Snapshot:
     return Snapshot(
         step=12,
         config=config,
-        task=TaskRecord(
+        task=TaskInfo(
             "hopper-medium",
             ("mujoco/hopper/medium-v0",),
             "Hopper-v5",

@@ -380,12 +380,12 @@ def test_sweep_on_a_local_ray_instance(minari_root, tmp_path, capsys) -> None:
 def test_a_runs_score_is_its_first_targets_everywhere(tmp_path) -> None:
     """One definition (store/results.py target_score): the normalised return at the first
     target, never the best of the targets, in the sweep's line as in the report's table."""
-    from primal_dt.store.results import EvalRecord, TargetSummary, append_result, target_score
+    from primal_dt.store.results import EvalResult, TargetSummary, append_result, target_score
     from primal_dt.tools.sweep import final_summary
 
     first = TargetSummary(3600.0, 1200.0, 10.0, 35.9, 0.3, 500.0, 10)
     better = TargetSummary(1800.0, 1230.0, 10.0, 36.9, 0.3, 500.0, 10)
-    record = EvalRecord(step=100, checkpoint="ckpt.pt", final=True, results=[first, better])
+    record = EvalResult(step=100, checkpoint="ckpt.pt", final=True, results=[first, better])
     record.score = 36.9  # as records before this definition said: the best of the targets
     assert target_score(record) == 35.9
     run = RunDir(tmp_path / "run")

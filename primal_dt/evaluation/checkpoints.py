@@ -18,7 +18,7 @@ from primal_dt.evaluation.rollout import (
     load_policy,
     plan_evaluation,
 )
-from primal_dt.store.results import EvalRecord
+from primal_dt.store.results import EvalResult
 from primal_dt.store.rundir import folder_of
 from primal_dt.store.snapshots import checkpoints_to_evaluate, read_snapshot, unsealed_note
 
@@ -29,7 +29,7 @@ def evaluate_checkpoint(
     device: torch.device,
     videos_to: Path | None = None,
     say: Callable[[str], None] | None = None,
-) -> EvalRecord:
+) -> EvalResult:
     """Read, load and evaluate one checkpoint file; with videos asked for, also render them into
     videos_to. A file older than checkpoint digests is said (to `say`) to be unverified."""
     snapshot = read_snapshot(path, map_location=device)
@@ -51,7 +51,7 @@ def evaluate_checkpoints(
     curve: bool = False,
     say: Callable[[str], None] = print,
     quiet: bool = False,
-) -> list[EvalRecord]:
+) -> list[EvalResult]:
     """Each checkpoint file given, or each run directory's latest checkpoint (every: all it
     keeps), evaluated in turn, on a CPU with one thread as every evaluation is there (so the
     numbers logged in training repeat); videos go to the run's videos/, and with `curve` the run
@@ -63,7 +63,7 @@ def evaluate_checkpoints(
         try:
             paths = checkpoints_to_evaluate(name, every)
         except CheckpointError as err:  # a missing file or a folder that is no run
-            records.append(EvalRecord(-1, name, error=str(err)))
+            records.append(EvalResult(-1, name, error=str(err)))
             continue
         records += evaluate_each(paths, options, device, curve, say, quiet)
     return records
@@ -76,7 +76,7 @@ def evaluate_each(
     curve: bool,
     say: Callable[[str], None],
     quiet: bool,
-) -> list[EvalRecord]:
+) -> list[EvalResult]:
     """evaluate_checkpoints' loop: a checkpoint that cannot be used becomes an error record (step
     -1) and the others are still evaluated."""
     records = []
@@ -84,7 +84,7 @@ def evaluate_each(
         try:
             record = evaluate_checkpoint(path, options, device, folder_of(path).videos, say)
         except CheckpointError as err:
-            records.append(EvalRecord(-1, str(path), error=str(err)))
+            records.append(EvalResult(-1, str(path), error=str(err)))
             continue
         if not quiet:
             say(f"evaluated {path} in {record.seconds:.1f} s")

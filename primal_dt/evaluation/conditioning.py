@@ -2,7 +2,7 @@
 achieves against the return it is asked for, over a sweep of target returns.
 
 `primal-dt eval --ckpt RUN --target-sweep LOW:HIGH:N` evaluates N evenly spaced targets and keeps
-the curve in the run directory as an EvalRecord (return_curve_step_N.json) and a PNG of the
+the curve in the run directory as an EvalResult (return_curve_step_N.json) and a PNG of the
 normalised return achieved against the normalised target, with the diagonal (a policy that
 achieves exactly what it is asked) and the best episode return in the training data marked;
 `primal-dt report` draws the runs' curves of a task, DT and Primal-DT, side by side.
@@ -17,7 +17,7 @@ import numpy as np
 
 from primal_dt.common.errors import ConfigError
 from primal_dt.store.atomic import atomic_write
-from primal_dt.store.results import EvalRecord
+from primal_dt.store.results import EvalResult
 from primal_dt.store.rundir import RunDir
 
 
@@ -34,8 +34,8 @@ def targets_between(text: str) -> list[float]:
     return [float(t) for t in np.linspace(low_value, high_value, points)]
 
 
-def curve_points(record: EvalRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:
-    """(targets, achieved mean, achieved std, best dataset return), normalised where the record
+def curve_points(record: EvalResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:
+    """(targets, achieved mean, achieved std, best dataset return), normalised where the result
     has reference scores, else raw returns."""
     targets = np.array([s.target for s in record.results])
     mean = np.array([s.return_mean for s in record.results])
@@ -50,7 +50,7 @@ def curve_points(record: EvalRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return targets, mean, std, best
 
 
-def write_curve(run: RunDir, record: EvalRecord) -> Path:
+def write_curve(run: RunDir, record: EvalResult) -> Path:
     """Keep a target sweep's record and its figure in the run directory; returns the PNG."""
     from primal_dt.evaluation.plots import conditioning_figure, save
 
@@ -62,7 +62,7 @@ def write_curve(run: RunDir, record: EvalRecord) -> Path:
     return save(figure, picture)
 
 
-def read_curve(run: RunDir) -> EvalRecord | None:
+def read_curve(run: RunDir) -> EvalResult | None:
     """The run's latest kept curve, if it has one."""
     found = run.return_curves()
-    return EvalRecord.from_dict(json.loads(found[-1].read_text())) if found else None
+    return EvalResult.from_dict(json.loads(found[-1].read_text())) if found else None

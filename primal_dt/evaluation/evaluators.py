@@ -6,7 +6,7 @@
     evaluator.finish(say)        wait for what was submitted; the final evaluation's record
 
 Every evaluator records into the run directory (eval.jsonl, TensorBoard, best.pt: service.py's
-CheckpointRecorder), and collect reads eval.jsonl back, so what is printed is what was recorded. `shown`
+CheckpointEvaluator), and collect reads eval.jsonl back, so what is printed is what was recorded. `shown`
 counts the records printed, which checkpoints keep: a resumed run prints those its predecessor
 never did. make_evaluator picks the implementation from eval.service:
 
@@ -33,9 +33,9 @@ from primal_dt.common.config import Config
 from primal_dt.common.cpu import evaluation_threads
 from primal_dt.common.device import resolve_device
 from primal_dt.evaluation.rollout import EvalOptions
-from primal_dt.evaluation.service import CheckpointRecorder, queue_snapshot, serve
+from primal_dt.evaluation.service import CheckpointEvaluator, queue_snapshot, serve
 from primal_dt.store.locks import RunLock
-from primal_dt.store.results import EvalRecord, ResultsTail, describe, final_missing
+from primal_dt.store.results import EvalResult, ResultsTail, describe, final_missing
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import Snapshot
 
@@ -52,7 +52,7 @@ class RunEvaluator:
         self.locks: list[RunLock] = []  # the run directory's writer locks it needs (trainer takes)
         self._shown_before: int | None = None
         self._tail: ResultsTail | None = None
-        self._arrived: list[EvalRecord] = []
+        self._arrived: list[EvalResult] = []
         self._final: Snapshot | None = None
 
     def resume(self, shown: int | None) -> None:
@@ -99,8 +99,8 @@ class RunEvaluator:
     def _notes(self) -> list[str]:
         return []
 
-    def finish(self, say: Say, step: int) -> EvalRecord | None:
-        """Wait for what was submitted or is queued, say what arrived; the record of the final
+    def finish(self, say: Say, step: int) -> EvalResult | None:
+        """Wait for what was submitted or is queued, say what arrived; the result of the final
         evaluation of the checkpoint at `step` (or of its failure), None where there is none."""
         self._wait(say, step)
         self.collect(say)
@@ -133,12 +133,12 @@ class InlineEvaluator(RunEvaluator):
     def __init__(self, run: RunDir, options: EvalOptions, device: torch.device) -> None:
         super().__init__(run, options, device)
         self.locks = [RunLock(run, "eval")]
-        self._evaluator: CheckpointRecorder | None = None
+        self._evaluator: CheckpointEvaluator | None = None
         self._pending_notes: list[str] = []
 
     def __enter__(self) -> InlineEvaluator:
         super().__enter__()
-        self._evaluator = CheckpointRecorder(
+        self._evaluator = CheckpointEvaluator(
             self.run, self.options, self.device, self._pending_notes.append
         )
         with isolated_from_training(self.device):
@@ -224,14 +224,14 @@ class BackgroundEvaluator(RunEvaluator):
             say(note)
         if self._process.exitcode != 0 and self.run.queued_snapshots():
             say("evaluation process failed; evaluating the rest here")
-            with CheckpointRecorder(self.run, self.options, self.device, say) as evaluator:
+            with CheckpointEvaluator(self.run, self.options, self.device, say) as evaluator:
                 evaluator.evaluate_queue()
 
 
 class ExternalEvaluator(RunEvaluator):
     """Only queues the snapshots, for `primal-dt eval --watch RUN_DIR` on another machine."""
 
-    def finish(self, say: Say, step: int) -> EvalRecord | None:
+    def finish(self, say: Say, step: int) -> EvalResult | None:
         self.collect(say)
         if self.run.queued_snapshots():
             say(

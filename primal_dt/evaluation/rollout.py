@@ -27,8 +27,8 @@ from primal_dt.common.device import Precision, autocast, recorded_precision
 from primal_dt.common.errors import CheckpointError, ConfigError
 from primal_dt.evaluation.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
 from primal_dt.method.model import DecisionTransformer, evaluating
-from primal_dt.store.results import EvalRecord, TargetSummary, target_score
-from primal_dt.store.snapshots import Snapshot, TaskRecord
+from primal_dt.store.results import EvalResult, TargetSummary, target_score
+from primal_dt.store.snapshots import Snapshot, TaskInfo
 
 # What a fork server imports once for the workers it forks: each worker still runs the main
 # script's imports (multiprocessing re-imports __main__ in every child), which then find these
@@ -37,7 +37,7 @@ WORKER_PRELOAD = ["torch", "gymnasium.envs.mujoco", "primal_dt.evaluation.rollou
 
 
 def make_vector(
-    task: TaskRecord, num_envs: int, workers: int = 0, render: bool = False
+    task: TaskInfo, num_envs: int, workers: int = 0, render: bool = False
 ) -> gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv:
     """num_envs copies of the task's environment, with resets left to the caller (rollout resets
     each finished slot with the seed of its next episode); with render, drawing RGB frames.
@@ -120,7 +120,7 @@ class Job:
 @torch.inference_mode()
 def rollout(
     policy: Policy,
-    task: TaskRecord,
+    task: TaskInfo,
     jobs: list[Job],
     num_envs: int | None = None,
     workers: int = 0,
@@ -216,7 +216,7 @@ def make_jobs(targets: tuple[float, ...] | list[float], episodes: int, seed: int
 
 def score_targets(
     policy: Policy,
-    task: TaskRecord,
+    task: TaskInfo,
     episodes: int,
     seed: int,
     targets: tuple[float, ...] | list[float] | None = None,
@@ -251,7 +251,7 @@ def load_policy(snapshot: Snapshot, device: torch.device, what: str) -> Policy:
     )
 
 
-def check_env_matches(task: TaskRecord, state_dim: int, act_dim: int, what: str) -> None:
+def check_env_matches(task: TaskInfo, state_dim: int, act_dim: int, what: str) -> None:
     """A model for S states and A actions can only act in an environment with those sizes."""
     try:
         env = task.make_env()
@@ -331,14 +331,14 @@ def plan_evaluation(snapshot: Snapshot, options: EvalOptions) -> EvalPlan:
 
 def evaluation_record(
     snapshot: Snapshot, policy: Policy, plan: EvalPlan, checkpoint: str
-) -> EvalRecord:
-    """Evaluate a loaded snapshot's policy as planned; the record eval.jsonl and `primal-dt eval`
+) -> EvalResult:
+    """Evaluate a loaded snapshot's policy as planned; the result eval.jsonl and `primal-dt eval`
     report, in which the checkpoint is called `checkpoint`."""
     start = time.perf_counter()
     task = snapshot.task
     results = score_targets(policy, task, plan.episodes, plan.seed, plan.targets, plan.workers)
     summaries = [r.summary() for r in results]
-    record = EvalRecord(
+    record = EvalResult(
         step=snapshot.step,
         checkpoint=checkpoint,
         task=task.name,
@@ -376,7 +376,7 @@ def record_videos(snapshot: Snapshot, policy: Policy, plan: EvalPlan, folder: Pa
 
 
 def add_videos(
-    record: EvalRecord, snapshot: Snapshot, policy: Policy, plan: EvalPlan, folder: Path
+    record: EvalResult, snapshot: Snapshot, policy: Policy, plan: EvalPlan, folder: Path
 ) -> None:
     """Record the videos into the evaluation's record, or why they could not be made: a video
     never fails the evaluation it illustrates."""

@@ -1,7 +1,7 @@
-"""Recording evaluations of a run: the CheckpointRecorder, and the processes that drive it from the
+"""Recording evaluations of a run: the CheckpointEvaluator, and the processes that drive it from the
 run's file queue.
 
-The CheckpointRecorder evaluates a snapshot (plan_evaluation decides how), appends the record to
+The CheckpointEvaluator evaluates a snapshot (plan_evaluation decides how), appends the result to
 RUN_DIR/eval.jsonl, logs its scalars (and videos, and the attention spectrum) to TensorBoard in
 the same run at the snapshot's step, and keeps the best policy as best.pt; a snapshot that cannot
 be evaluated gives an error record instead. What it could not log goes to its `log`.
@@ -40,7 +40,7 @@ from primal_dt.evaluation.video import gif_summary, read_frames, video_target_an
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.locks import RunLock
 from primal_dt.store.results import (
-    EvalRecord,
+    EvalResult,
     append_result,
     describe,
     read_results,
@@ -59,7 +59,7 @@ def queue_snapshot(run: RunDir, snapshot: Snapshot) -> Path:
     return path
 
 
-class CheckpointRecorder:
+class CheckpointEvaluator:
     """Evaluates the checkpoints of one run directory and records what it finds: eval.jsonl,
     TensorBoard scalars and spectrum images at each checkpoint's step, and best.pt. A context
     manager: leaving it closes its TensorBoard writer."""
@@ -76,7 +76,7 @@ class CheckpointRecorder:
         scores = [score for r in read_results(run) if (score := target_score(r)) is not None]
         self._best = max(scores, default=-math.inf)
 
-    def __enter__(self) -> CheckpointRecorder:
+    def __enter__(self) -> CheckpointEvaluator:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -87,8 +87,8 @@ class CheckpointRecorder:
             self._writer.close()
             self._writer = None
 
-    def evaluate_file(self, path: Path, name: str | None = None) -> EvalRecord:
-        """Evaluate one snapshot file (read once); the record calls it `name` (default: its path)."""
+    def evaluate_file(self, path: Path, name: str | None = None) -> EvalResult:
+        """Evaluate one snapshot file (read once); the result calls it `name` (default: its path)."""
         name = name or str(path)
         try:
             snapshot = read_snapshot(path, map_location=self.device)
@@ -96,9 +96,9 @@ class CheckpointRecorder:
             return self._failed(step_of(path), name, err)
         return self.evaluate_snapshot(snapshot, name)
 
-    def evaluate_snapshot(self, snapshot: Snapshot, name: str) -> EvalRecord:
+    def evaluate_snapshot(self, snapshot: Snapshot, name: str) -> EvalResult:
         """Evaluate a snapshot as plan_evaluation resolves it (one model), record the result or
-        the failure, and return the record."""
+        the failure, and return the result."""
         try:
             policy = load_policy(snapshot, self.device, f"snapshot of step {snapshot.step}")
             plan = plan_evaluation(snapshot, self.options)
@@ -118,8 +118,8 @@ class CheckpointRecorder:
         append_result(self.run, record)
         return record
 
-    def _failed(self, step: int, name: str, err: Exception) -> EvalRecord:
-        record = EvalRecord(step, name, error=f"{type(err).__name__}: {first_line(err)}")
+    def _failed(self, step: int, name: str, err: Exception) -> EvalResult:
+        record = EvalResult(step, name, error=f"{type(err).__name__}: {first_line(err)}")
         append_result(self.run, record)
         return record
 
@@ -135,7 +135,7 @@ class CheckpointRecorder:
             self.log(f"step {snapshot.step}: attention spectrum not logged: {reason}")
         self._writer.flush()
 
-    def _log_videos(self, record: EvalRecord) -> None:
+    def _log_videos(self, record: EvalResult) -> None:
         """Each video as an animated GIF in TensorBoard (IMAGES tab), at a quarter of the frames
         and a quarter of the width and height, so the event file stays small."""
         for video in record.videos:
@@ -150,7 +150,7 @@ class CheckpointRecorder:
             self._writer.file_writer.add_summary(summary, record.step)
         self._writer.flush()
 
-    def _log_scalars(self, record: EvalRecord) -> None:
+    def _log_scalars(self, record: EvalResult) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         if self._writer is None:
@@ -167,7 +167,7 @@ class CheckpointRecorder:
             self._writer.add_scalar("eval/final_normalized_return", record.score, record.step)
         self._writer.flush()
 
-    def evaluate_queue(self) -> list[EvalRecord]:
+    def evaluate_queue(self) -> list[EvalResult]:
         """Evaluate and remove every queued snapshot, in step order."""
         records = []
         for path in self.run.queued_snapshots():
@@ -175,7 +175,7 @@ class CheckpointRecorder:
             path.unlink(missing_ok=True)  # only now: a stopped evaluator leaves it for the next
         return records
 
-    def evaluate_new_checkpoints(self) -> list[EvalRecord]:
+    def evaluate_new_checkpoints(self) -> list[EvalResult]:
         """Evaluate saved checkpoints (checkpoints/step_N.pt) whose step has no result yet."""
         saved = self.run.saved_checkpoints()
         # A trainer queues a snapshot before it saves the checkpoint of the same step, so listing
@@ -216,7 +216,7 @@ def serve(
     yield_cpu()
     device = resolve_device(options.device, "eval.device")
     evaluation_threads(device.type)
-    with CheckpointRecorder(RunDir(Path(run_dir)), options, device, notes.put) as ev:
+    with CheckpointEvaluator(RunDir(Path(run_dir)), options, device, notes.put) as ev:
         while os.getppid() == parent:
             finishing = finish.is_set()
             ev.evaluate_queue()
@@ -246,7 +246,7 @@ def watch(
     evaluation_threads(device.type)
     log(f"watching {run_dir} for checkpoints (Ctrl-C stops)")
     try:
-        with CheckpointRecorder(RunDir(run_dir), options, device, log) as evaluator:
+        with CheckpointEvaluator(RunDir(run_dir), options, device, log) as evaluator:
             while not stop():
                 records = evaluator.evaluate_queue() + evaluator.evaluate_new_checkpoints()
                 for record in records:

@@ -1,4 +1,4 @@
-"""Evaluation results: one EvalRecord per evaluation, a line of RUN_DIR/eval.jsonl each.
+"""Evaluation results: one EvalResult per evaluation, a line of RUN_DIR/eval.jsonl each.
 
 The evaluator appends records (one write per line, so concurrent writers never interleave); the
 trainer tails the file to print them as they arrive; `primal-dt eval --json`, sweeps and reports
@@ -35,7 +35,7 @@ class TargetSummary:
 
 
 @dataclass
-class EvalRecord:
+class EvalResult:
     """One evaluation of one checkpoint, or (error set) why it could not be evaluated.
 
     score is the evaluation's one score, target_score: the normalised return at its first
@@ -70,7 +70,7 @@ class EvalRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EvalRecord:
+    def from_dict(cls, data: dict[str, Any]) -> EvalResult:
         if "error" in data:
             return cls(int(data["step"]), str(data["checkpoint"]), error=str(data["error"]))
         reference = data.get("reference")
@@ -84,7 +84,7 @@ class EvalRecord:
         )
 
 
-def target_score(record: EvalRecord) -> float | None:
+def target_score(record: EvalResult) -> float | None:
     """An evaluation's one score, wherever a score is printed, plotted, logged or compared (the
     report, the sweep, TensorBoard, best.pt): the normalised return at its first target (the run's
     eval.targets[0], else envs/<env>.toml eval_targets[0], the Decision Transformer paper's target
@@ -97,18 +97,18 @@ def target_score(record: EvalRecord) -> float | None:
     return first.return_mean if first.normalized_mean is None else first.normalized_mean
 
 
-def read_results(run: RunDir) -> list[EvalRecord]:
+def read_results(run: RunDir) -> list[EvalResult]:
     """Every record in eval.jsonl; a line cut short by a crash is skipped."""
     return _parse(run.eval_log.read_bytes()) if run.eval_log.exists() else []
 
 
-def _parse(data: bytes) -> list[EvalRecord]:
+def _parse(data: bytes) -> list[EvalResult]:
     """The records of eval.jsonl lines; a line cut short by a crash (and continued by the next
     append) is skipped."""
     records = []
     for line in data.decode(errors="replace").splitlines():
         try:
-            records.append(EvalRecord.from_dict(json.loads(line)))
+            records.append(EvalResult.from_dict(json.loads(line)))
         except (ValueError, TypeError, KeyError):
             continue
     return records
@@ -120,7 +120,7 @@ def final_missing(run: RunDir, step: int, final_episodes: int) -> bool:
     return final_episodes > 0 and not any(r.final and r.step == step for r in read_results(run))
 
 
-def append_result(run: RunDir, record: EvalRecord) -> None:
+def append_result(run: RunDir, record: EvalResult) -> None:
     """One line, written with a single append so concurrent writers never interleave. A line the
     disk has no room for raises OSError and leaves nothing: never a line cut short, which the next
     record would be glued onto."""
@@ -162,7 +162,7 @@ class ResultsTail:
         self.shown = len(present) if shown is None else min(shown, len(present))
         self._unshown = present[self.shown :]
 
-    def _read(self) -> list[EvalRecord]:
+    def _read(self) -> list[EvalResult]:
         """The records of the complete lines appended since the last read."""
         if not self.path.exists():
             return []
@@ -173,13 +173,13 @@ class ResultsTail:
         self.offset += len(complete)
         return _parse(complete)
 
-    def new(self) -> list[EvalRecord]:
+    def new(self) -> list[EvalResult]:
         records, self._unshown = self._unshown + self._read(), []
         self.shown += len(records)
         return records
 
 
-def describe(record: EvalRecord) -> str:
+def describe(record: EvalResult) -> str:
     """One line for the progress output."""
     if record.error is not None:
         return f"step {record.step}: evaluation failed: {record.error}"
@@ -202,7 +202,7 @@ def _mean_std(mean: float | None, std: float | None) -> str:
     return f"{mean:.1f} ± {std:.1f}"
 
 
-def format_table(records: list[EvalRecord]) -> str:
+def format_table(records: list[EvalResult]) -> str:
     """One table for evaluation records of any runs: a row per checkpoint and target, with the
     reference scores each normalised score was computed from as numbered notes below it."""
     header = ["checkpoint", "task", "step", "target", "return", "normalized", "episodes", "ref"]

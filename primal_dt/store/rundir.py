@@ -7,7 +7,7 @@
                              digits (step_00001000.pt)
       best.pt                the Snapshot of the best evaluation so far
       eval_queue/step_N.pt   Snapshots with an EvalRequest, waiting for the evaluator
-      eval.jsonl             one EvalRecord per evaluation (results.py)
+      eval.jsonl             one EvalResult per evaluation (results.py)
       spectrum_windows.pt    the fixed windows the attention spectrum is measured on (spectrum.py)
       return_curve_step_N.*  a target sweep's record and figure (conditioning.py)
       videos/                MP4 files of rendered episodes (video.py)

@@ -34,7 +34,7 @@ VERSION = 1
 
 
 @dataclass
-class TaskRecord:
+class TaskInfo:
     """The task a policy was trained on, with what evaluating it needs: its environment, the
     target returns, and the reference scores its normalised scores are computed from."""
 
@@ -48,7 +48,7 @@ class TaskRecord:
     dataset_best_return: float | None = None  # the best episode return in the training data
 
     @classmethod
-    def of(cls, data: TaskData) -> TaskRecord:
+    def of(cls, data: TaskData) -> TaskInfo:
         """The record of a task's loaded data."""
         return cls(
             name=data.task.name,
@@ -75,7 +75,7 @@ class TaskRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TaskRecord:
+    def from_dict(cls, data: dict[str, Any]) -> TaskInfo:
         reference = data.get("reference")
         return cls(
             name=str(data["name"]),
@@ -121,7 +121,7 @@ class Snapshot:
 
     step: int
     config: Config
-    task: TaskRecord
+    task: TaskInfo
     state_dim: int
     act_dim: int
     max_timestep: int
@@ -198,7 +198,7 @@ def _snapshot(payload: dict[str, Any]) -> Snapshot:
     return Snapshot(
         step=int(payload["step"]),
         config=config_from_dict(payload["config"]),
-        task=TaskRecord.from_dict(payload["task"]),
+        task=TaskInfo.from_dict(payload["task"]),
         state_dim=int(dims["state_dim"]),
         act_dim=int(dims["act_dim"]),
         max_timestep=int(dims["max_timestep"]),

@@ -21,7 +21,7 @@ from primal_dt.data.sources import find_dataset
 from primal_dt.data.tasks import Task, load_envs
 from primal_dt.evaluation.conditioning import read_curve
 from primal_dt.store.dashboards import read_scalars
-from primal_dt.store.results import EvalRecord, read_results, target_score
+from primal_dt.store.results import EvalResult, read_results, target_score
 from primal_dt.store.runconfig import read_run_config
 from primal_dt.store.rundir import RunDir, find_runs, run_dir_name
 from primal_dt.store.snapshots import read_snapshot
@@ -57,7 +57,7 @@ class RunSummary:
     scores: list[tuple[int, float]] = field(default_factory=list)  # (step, score) per evaluation
     ksvd: list[tuple[int, float]] = field(default_factory=list)
     spectra: list[np.ndarray] | None = None
-    curve: EvalRecord | None = None  # the latest return-conditioning curve (conditioning.py)
+    curve: EvalResult | None = None  # the latest return-conditioning curve (conditioning.py)
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -101,7 +101,7 @@ def record_machine(run: RunDir, started: RunConfig | None, trainer: Trainer) -> 
 
 
 def check_unedited(run: RunDir, started_with: RunConfig | None, config: Config) -> None:
-    """A resumed run keeps the settings it was saved with; config.json, the record of what it was
+    """A resumed run keeps the settings it was saved with; config.json, which says what it was
     started with, must still agree, or the resume is refused naming the settings that differ
     (an edited config.json would otherwise be ignored without a word). train.steps and
     data.download are left out: --steps and --offline change them on resume; so is
@@ -111,9 +111,9 @@ def check_unedited(run: RunDir, started_with: RunConfig | None, config: Config) 
     if started_with is None:
         return
     started, saved = flat_settings(started_with.config), flat_settings(config)
-    record = run.config_file.name
+    settings_file = run.config_file.name
     edited = [
-        f"{key} ({saved.get(key)!r} in the checkpoint, {started.get(key)!r} in {record})"
+        f"{key} ({saved.get(key)!r} in the checkpoint, {started.get(key)!r} in {settings_file})"
         for key in sorted(started.keys() | saved.keys())
         if key not in RESUME_SETS
         and started.get(key) != saved.get(key)
@@ -123,7 +123,7 @@ def check_unedited(run: RunDir, started_with: RunConfig | None, config: Config) 
         raise ConfigError(
             f"{run.config_file} differs from the settings {run} was trained with: "
             f"{', '.join(edited)}; a resumed run keeps its checkpoint's settings, so put "
-            f"{record} back, or train a new run with the new settings (--set KEY=VALUE)"
+            f"{settings_file} back, or train a new run with the new settings (--set KEY=VALUE)"
         )
 
 

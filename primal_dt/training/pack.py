@@ -49,7 +49,7 @@ from primal_dt.common.signals import StopSignals
 from primal_dt.data.episodes import Batch
 from primal_dt.method.dropout import draw_key_pairs, supplied_keys
 from primal_dt.method.model import DecisionTransformer
-from primal_dt.store.results import EvalRecord
+from primal_dt.store.results import EvalResult
 from primal_dt.training.compiling import prepare_compile
 from primal_dt.training.memory import out_of_memory_named
 from primal_dt.training.step import (
@@ -257,7 +257,7 @@ class Pack:
 
     def train(
         self, progress: bool = True, stop: StopSignals | None = None
-    ) -> list[EvalRecord | None]:
+    ) -> list[EvalResult | None]:
         """Train the runs together to their train.steps (as Trainer.train does each, with one
         batched step for all): each logs, evaluates and saves as it would alone. Returns each
         run's final evaluation record. SIGINT/SIGTERM stop every run with a checkpoint saved;
@@ -268,7 +268,7 @@ class Pack:
             undo.enter_context(out_of_memory_named(self.trainers[0].config))
             return self._train(progress, stop or StopSignals())
 
-    def _train(self, progress: bool, stop: StopSignals) -> list[EvalRecord | None]:
+    def _train(self, progress: bool, stop: StopSignals) -> list[EvalResult | None]:
         trainers, first = self.trainers, self.trainers[0]
         steps = first.config.train.steps
         with stop, ExitStack() as stack:

@@ -34,12 +34,12 @@ from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.atomic import atomic_copy
 from primal_dt.store.dashboards import copy_run, run_layout, write_hparams
 from primal_dt.store.locks import RunLock
-from primal_dt.store.results import EvalRecord
+from primal_dt.store.results import EvalResult
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import (
     EvalRequest,
     Snapshot,
-    TaskRecord,
+    TaskInfo,
     TrainingState,
     write_snapshot,
 )
@@ -145,7 +145,7 @@ class Trainer:
         return Snapshot(
             step=self.step,
             config=self.config,
-            task=TaskRecord.of(self.data),
+            task=TaskInfo.of(self.data),
             state_dim=self.model.state_dim,
             act_dim=self.model.act_dim,
             max_timestep=self.model.max_timestep,
@@ -271,7 +271,7 @@ class Trainer:
                 raise still_damaged(cache, err) from None
             raise
 
-    def train(self, progress: bool = True, stop: StopSignals | None = None) -> EvalRecord | None:
+    def train(self, progress: bool = True, stop: StopSignals | None = None) -> EvalResult | None:
         """Train to config.train.steps; returns the final evaluation's record (None without one).
 
         Every eval_every steps (and at the end, with eval.final_episodes episodes) a snapshot of
@@ -356,7 +356,7 @@ class Trainer:
         if self.step % cfg.ckpt_every == 0 or last or stop.signum is not None:
             self.save()
 
-    def end(self, writer: SummaryWriter, first: int) -> EvalRecord | None:
+    def end(self, writer: SummaryWriter, first: int) -> EvalResult | None:
         """After the last step (first: the step this start began at): wait for the evaluations
         and return the final one's record (None without one)."""
         writer.flush()
@@ -423,7 +423,7 @@ class Trainer:
             signum,
         )
 
-    def _final(self, final: EvalRecord | None) -> EvalRecord | None:
+    def _final(self, final: EvalResult | None) -> EvalResult | None:
         if final is not None and final.error is not None:
             raise EvaluationFailed(
                 f"training finished but its final evaluation failed: {final.error}; "
