@@ -63,7 +63,7 @@ TINY = [
     "model.embed_dim=32",
     "model.n_layer=3",  # as the configs' lists of kinds (primal-dt: softmax, softmax, primal)
     "model.n_head=2",
-    # The older key (LEGACY_SETTINGS): the rank wherever a block is Primal, ignored elsewhere, so
+    # The older key (migrate.LEGACY_SETTINGS): the rank wherever a block is Primal, ignored elsewhere, so
     # that one list serves every config.
     "model.primal_rank=8",
     "model.context_len=5",

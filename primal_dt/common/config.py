@@ -17,7 +17,6 @@ from typing import Any
 
 from primal_dt.common.errors import ConfigError, did_you_mean
 
-PRIMAL_BLOCK_CHOICES = ("none", "last", "all")  # the older form, model.primal_blocks (_fold_legacy)
 PRECISIONS = ("auto", "bf16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -35,22 +34,6 @@ MECHANICS = {
     },
     "eval": {"device", "workers", "service"},
     "data": {"download"},
-}
-
-#: Keys renamed, read as their new names from older config files, checkpoints and --set.
-RENAMED_KEYS = {"train.ksvd_weight": "train.aux_weight"}
-
-#: Keys of [model] from before each kind owned its settings, read from older config files,
-#: checkpoints and --set as the setting they became, (kind, setting). Each applied only where a
-#: block has that kind, as they were (older checkpoints carry every kind's, with defaults).
-LEGACY_SETTINGS = {
-    "primal_rank": ("primal", "rank"),
-    "primal_init": ("primal", "init"),
-    "performer_features": ("performer", "features"),
-    "performer_redraw": ("performer", "redraw"),
-    "reformer_buckets": ("reformer", "buckets"),
-    "reformer_chunk": ("reformer", "chunk"),
-    "reformer_hashes": ("reformer", "hashes"),
 }
 
 
@@ -98,7 +81,6 @@ class ModelConfig:
         return dict(self.attention_settings.get(kind, {}))
 
     def validate(self) -> None:
-        _fold_legacy(self)
         _positive(self, "model", "embed_dim", "n_layer", "n_head", "context_len")
         if isinstance(self.attention, list) and len(self.attention) != self.n_layer:
             raise ConfigError(
@@ -111,47 +93,6 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
-
-
-def _fold_legacy(model: ModelConfig) -> None:
-    """Older keys set on this section (_apply keeps them aside until every file and override has
-    been applied): model.primal_blocks becomes the list of kinds, and each LEGACY_SETTINGS key the
-    setting of its kind where a block has that kind (whichever of the older key and the table
-    was set last wins)."""
-    legacy: dict[str, Any] = model.__dict__.pop("_legacy", {})
-    blocks = legacy.pop("primal_blocks", "none")
-    if isinstance(blocks, str) and blocks not in PRIMAL_BLOCK_CHOICES:
-        raise ConfigError(
-            f"model.primal_blocks must be one of {', '.join(PRIMAL_BLOCK_CHOICES)} or a list of "
-            f"block indices, got {blocks!r}{did_you_mean(blocks, PRIMAL_BLOCK_CHOICES)}"
-        )
-    if blocks != "none":
-        if isinstance(model.attention, list):
-            raise ConfigError(
-                "model.attention lists a kind per block, so model.primal_blocks (its older form) "
-                f'must be left out (write "primal" in the list instead), got {blocks!r}'
-            )
-        indices = _primal_block_indices(blocks, model.n_layer)
-        model.attention = [
-            "primal" if i in indices else model.attention for i in range(model.n_layer)
-        ]
-    kinds = set(model.block_kinds())
-    for name, value in legacy.items():
-        kind, setting = LEGACY_SETTINGS[name]
-        if kind in kinds:
-            model.attention_settings.setdefault(kind, {})[setting] = value
-
-
-def _primal_block_indices(blocks: str | list[int], n_layer: int) -> list[int]:
-    """The blocks an older model.primal_blocks value names: "last", "all" or indices."""
-    if isinstance(blocks, str):
-        return [n_layer - 1] if blocks == "last" else list(range(n_layer))
-    if any(not 0 <= i < n_layer for i in blocks):
-        raise ConfigError(
-            f"model.primal_blocks {blocks} has an index outside 0..{n_layer - 1} "
-            f"(model.n_layer = {n_layer})"
-        )
-    return sorted(set(blocks))
 
 
 @dataclass

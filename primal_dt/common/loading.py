@@ -1,8 +1,7 @@
 """Configuration files and overrides: a TOML file read into the Config dataclasses (config.py),
 `--set section.key=value` overrides parsed as TOML values, and a Config saved with to_dict read
-back, each key checked against its annotated type with a message that names it. Older keys of
-[model] (config.LEGACY_SETTINGS, model.primal_blocks) are kept aside here and folded in when the
-section is validated.
+back, each key checked against its annotated type with a message that names it. Older keys are
+read as today's by migrate.py, the loader's first step: the dataclasses know today's keys alone.
 """
 
 from __future__ import annotations
@@ -15,8 +14,15 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from primal_dt.common.config import LEGACY_SETTINGS, RENAMED_KEYS, Config, ModelConfig
+from primal_dt.common.config import Config, ModelConfig
 from primal_dt.common.errors import ConfigError, did_you_mean
+from primal_dt.common.migrate import (
+    RENAMED_KEYS,
+    fold_older,
+    forget_older,
+    is_older,
+    stash_older,
+)
 from primal_dt.common.resources import resource_dir
 
 
@@ -63,12 +69,12 @@ def _apply(target: Any, values: dict[str, Any], prefix: str) -> None:
     for name, value in values.items():
         key = RENAMED_KEYS.get(f"{prefix}{name}", f"{prefix}{name}")
         name = key.rsplit(".", 1)[-1]
-        if isinstance(target, ModelConfig) and (name in LEGACY_SETTINGS or name == "primal_blocks"):
+        if isinstance(target, ModelConfig) and is_older(name):
             hint = str | list[int] if name == "primal_blocks" else Any
-            target.__dict__.setdefault("_legacy", {})[name] = check_type(value, hint, key)
-            continue  # folded in when the section is validated (_fold_legacy)
+            stash_older(target, name, check_type(value, hint, key))
+            continue  # folded in once everything is applied (migrate.fold_older)
         if isinstance(target, ModelConfig) and name == "attention_settings":
-            _forget_legacy(target, value)  # a later setting wins over an earlier older key
+            forget_older(target, value)  # a later setting wins over an earlier older key
         if name not in hints:
             known = [f"{prefix}{n}" for n in hints]
             raise ConfigError(
@@ -84,14 +90,6 @@ def _apply(target: Any, values: dict[str, Any], prefix: str) -> None:
             setattr(target, name, _merged(current, check_type(value, hints[name], key)))
         else:
             setattr(target, name, check_type(value, hints[name], key))
-
-
-def _forget_legacy(model: ModelConfig, tables: Any) -> None:
-    """Drop the older keys that these settings tables set anew."""
-    legacy = model.__dict__.get("_legacy", {})
-    for name, (kind, setting) in LEGACY_SETTINGS.items():
-        if isinstance(tables, dict) and setting in (tables.get(kind) or {}):
-            legacy.pop(name, None)
 
 
 def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -203,6 +201,7 @@ def load_config(
     parsed = [parse_override(text) for text in overrides]
     for key, value in parsed:
         _apply(config, nest(key, value), "")
+    fold_older(config.model)
     config.validate()
     if any(key == "model.attention" for key, _ in parsed):
         _drop_replaced_settings(config.model, from_file, [key for key, _ in parsed])
@@ -226,4 +225,5 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     """Rebuild a Config saved with to_dict (checkpoints), with the same checks as a file."""
     config = Config()
     _apply(config, data, "")
+    fold_older(config.model)
     return config.validate()
