@@ -174,7 +174,7 @@ def test_a_run_stopped_and_resumed_many_times_ends_bit_identical(straight, tmp_p
     assert_same(straight, run_dir)
     # primal-dt report reads the same curves: every point once, as for the uninterrupted run.
     a, b = read_run(straight, spectra=False), read_run(run_dir, spectra=False)
-    assert a.ksvd == b.ksvd and [s for s, _ in b.ksvd] == list(range(5, STEPS + 1, 5))
+    assert a.aux_loss == b.aux_loss and [s for s, _ in b.aux_loss] == list(range(5, STEPS + 1, 5))
     assert a.scores == b.scores and [s for s, _ in b.scores] == [20, 40, 60, 80, 100]
     # Nothing left behind: no temporary file, no lock, no queued snapshot.
     leftovers = [p.name for p in run_dir.rglob(".*") if p.suffix in (".tmp", ".lock")]

@@ -76,12 +76,14 @@ def _color(index: int) -> str:
 def curves_figure(
     task: str,
     scores: dict[str, list[Series]],
-    ksvd: dict[str, list[Series]],
+    aux: dict[str, list[Series]],
     score_label: str,
+    aux_label: str = "",
 ) -> Any:
-    """Evaluation score and KSVD loss against steps, one line (mean) and band (± std over seeds)
-    per config, and every seed's last score as a dot (a bimodal or skewed spread shows there);
-    configs without a Primal block have no KSVD loss and are left out of its panel."""
+    """Evaluation score and auxiliary loss (Primal's KSVD loss) against steps, one line (mean)
+    and band (± std over seeds) per config, and every seed's last score as a dot (a bimodal or
+    skewed spread shows there); configs whose kinds have no auxiliary loss are left out of its
+    panel. aux_label: the tags it plots."""
     figure, (left, right) = _figure(11.0, 4.0, columns=2)
     for i, (config, runs) in enumerate(scores.items()):
         if any(runs):
@@ -89,14 +91,14 @@ def curves_figure(
             _band(left, *mean_band(runs), label, _color(i))
             last = np.array([run[-1] for run in runs if len(run)], dtype=np.float64)
             left.plot(last[:, 0], last[:, 1], "o", color=_color(i), markersize=4, alpha=0.8)
-        if ksvd.get(config):
-            steps, mean, std = mean_band(ksvd[config])
+        if aux.get(config):
+            steps, mean, std = mean_band(aux[config])
             _band(right, steps, mean, std, config, _color(i))
             if (mean - std > 0).all():
                 right.set_yscale("log")
     _suptitle(figure, task)
     left.set(title="evaluation", xlabel="training step", ylabel=score_label)
-    right.set(title="KSVD loss (Primal blocks)", xlabel="training step", ylabel="train/ksvd_loss")
+    right.set(title="auxiliary loss", xlabel="training step", ylabel=aux_label)
     for ax in (left, right):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:

@@ -31,10 +31,13 @@ from primal_dt.common.config import ModelConfig
 from primal_dt.method.batched import LayerNorm
 from primal_dt.method.dropout import Dropout
 from primal_dt.method.layer import AttentionLayer
-from primal_dt.method.registry import build_attention, check_kinds
+from primal_dt.method.registry import aux_loss_name, build_attention, check_kinds
 
 STATE_TOKENS = slice(1, None, 3)  # s_t sits at 3t + 1 in (R_1, s_1, a_1, R_2, ...)
 LAST_TOKEN = slice(-1, None)
+# What a model of kinds without an auxiliary loss logs its zero under: Primal's name, so that DT
+# and Primal-DT runs share their charts.
+NO_AUX_LOSS_NAME = "ksvd_loss"
 
 
 class Block(nn.Module):
@@ -96,14 +99,9 @@ class DecisionTransformer(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         readers = [i for i, block in enumerate(blocks) if block.attn.reads_every_token]
         self.last_action_read_until = max(readers, default=-1)  # the last block that reads a_K
-        # The auxiliary loss's name in the logs: its kind's where every block with one agrees
-        # (Primal's KSVD loss), a generic one where kinds with different ones are mixed. A model
-        # without any keeps Primal's name (its loss is zero), so that DT and Primal-DT runs plot
-        # on one chart.
-        names = {name for block in blocks if (name := type(block.attn).aux_loss_name) is not None}
-        self.aux_loss_name = (
-            names.pop() if len(names) == 1 else "aux_loss" if names else "ksvd_loss"
-        )
+        # The auxiliary loss's name in the logs (registry.aux_loss_name). A model without any
+        # keeps Primal's name (its loss is zero), so that DT and Primal-DT runs plot on one chart.
+        self.aux_loss_name = aux_loss_name(config.block_kinds()) or NO_AUX_LOSS_NAME
         self.ln_f = LayerNorm(dim)
         self.predict_action = nn.Sequential(nn.Linear(dim, act_dim), nn.Tanh())
         self.apply(_init_weights)

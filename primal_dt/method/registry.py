@@ -29,6 +29,7 @@ __all__ = [
     "AttentionLayer",
     "attention_class",
     "attention_label",
+    "aux_loss_name",
     "build_attention",
     "check_kinds",
     "kind_settings",
@@ -120,6 +121,14 @@ def build_attention(kind: str, config: ModelConfig) -> AttentionLayer:
     and the kind's own settings, kind_settings); a ConfigError for an unknown kind or a bad
     setting."""
     return attention_class(kind).from_config(config, kind_settings(kind, config))
+
+
+def aux_loss_name(kinds: list[str]) -> str | None:
+    """The name a model of these blocks' kinds logs its auxiliary loss under (train/<name>): its
+    kinds' where every kind with one agrees (Primal's ksvd_loss), "aux_loss" where kinds with
+    different ones are mixed; None where no kind has one."""
+    names = {name for kind in kinds if (name := attention_class(kind).aux_loss_name) is not None}
+    return names.pop() if len(names) == 1 else "aux_loss" if names else None
 
 
 def attention_label(kind: str) -> str:

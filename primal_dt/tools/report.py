@@ -79,12 +79,12 @@ def figures(summaries: list[RunSummary], out: Path) -> list[Path]:
         scores: dict[str, list[Series]] = {
             c: [r.scores for r in mine if r.config == c] for c in configs
         }
-        ksvd: dict[str, list[Series]] = {
-            c: [r.ksvd for r in mine if r.config == c and "primal" in r.block_kinds]
-            for c in configs
+        aux: dict[str, list[Series]] = {
+            c: [r.aux_loss for r in mine if r.config == c and r.aux_loss_name] for c in configs
         }
+        names = sorted({f"train/{r.aux_loss_name}" for r in mine if r.aux_loss_name})
         label = "normalised score" if all(r.normalized for r in mine) else "score (return)"
-        figure = curves_figure(task, scores, ksvd, label)
+        figure = curves_figure(task, scores, aux, label, ", ".join(names))
         written.append(save(figure, out / f"curves_{safe_name(task)}.png"))
         # (config, curve) pairs, so that the curves are known not to be None
         with_curves = [(r.config, r.curve) for r in mine if r.curve is not None]

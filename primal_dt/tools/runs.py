@@ -20,6 +20,7 @@ from primal_dt.data.episodes import ReferenceScores, load_task_data, open_datase
 from primal_dt.data.sources import find_dataset
 from primal_dt.data.tasks import Task, load_envs
 from primal_dt.evaluation.conditioning import read_curve
+from primal_dt.method.registry import aux_loss_name
 from primal_dt.store.dashboards import read_scalars
 from primal_dt.store.results import EvalResult, read_results, target_score
 from primal_dt.store.runconfig import read_run_config
@@ -55,7 +56,10 @@ class RunSummary:
     reference_scores: ReferenceScores | None = None
     dataset_ids: list[str] = field(default_factory=list)
     scores: list[tuple[int, float]] = field(default_factory=list)  # (step, score) per evaluation
-    ksvd: list[tuple[int, float]] = field(default_factory=list)
+    # train/<aux_loss_name> as logged (registry.aux_loss_name: Primal's ksvd_loss), where the
+    # run's kinds have an auxiliary loss
+    aux_loss: list[tuple[int, float]] = field(default_factory=list)
+    aux_loss_name: str | None = None
     spectra: list[np.ndarray] | None = None
     curve: EvalResult | None = None  # the latest return-conditioning curve (conditioning.py)
     notes: list[str] = field(default_factory=list)
@@ -99,8 +103,10 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
             summary.notes.append("its evaluations were at different first targets")
     if good:
         _describe_task(summary, good[-1].reference, good[-1].dataset_ids)
-    ksvd = read_scalars(path).get("train/ksvd_loss", [])
-    summary.ksvd = [(step, value) for step, value, _ in ksvd]
+    aux = aux_loss_name(summary.block_kinds)  # None: its kinds have no auxiliary loss
+    logged = read_scalars(path).get(f"train/{aux}", []) if aux else []
+    summary.aux_loss = [(step, value) for step, value, _ in logged]
+    summary.aux_loss_name = aux
     summary.curve = read_curve(run_dir)
     if not run_dir.checkpoint.exists():
         summary.notes.append("no checkpoint")
