@@ -248,12 +248,14 @@ def resume_run(
     download: bool | None = None,
     rollback: Path | None = None,
     data: TaskData | None = None,
+    snapshot: Snapshot | None = None,
 ) -> Trainer:
     """Continue the run in `path` (a run directory or its ckpt.pt) from its checkpoint, to its
     configured or to `steps` steps, or only to its final evaluation where that is what is left.
     With `rollback` (one of the run's checkpoints/step_N.pt), continue from that step instead: what
     the run did after it (checkpoints, evaluations, logs) is dropped, and the run goes on as if it
-    had been stopped there, bit for bit. data: the task's data where it is loaded already."""
+    had been stopped there, bit for bit. data: the task's data where it is loaded already;
+    snapshot: its checkpoint where it is read already (a pack's)."""
     run = run_of(path)
     rollback = kept_checkpoint(run, rollback) if rollback is not None else None
     if path.is_file() and path != run.checkpoint:
@@ -265,7 +267,7 @@ def resume_run(
     holder = lock.holder()
     if holder is not None:  # also before its first checkpoint, when nothing else says it is a run
         raise lock.busy(holder)
-    snapshot = read_resumable(run, rollback)
+    snapshot = snapshot or read_resumable(run, rollback)
     config = snapshot.config
     started = read_run_config(run) if run.config_file.is_file() else None  # config.json
     check_unedited(run, started, config)
@@ -373,8 +375,8 @@ def resume_pack(paths: list[Path], steps: int | None = None, download: bool | No
     check_packable([snapshot.config for snapshot in snapshots], names)
     trainers, rng_states = [], []
     data = None
-    for path in paths:
-        trainer = resume_run(path, steps, download, data=data)
+    for path, snapshot in zip(paths, snapshots, strict=True):
+        trainer = resume_run(path, steps, download, data=data, snapshot=snapshot)
         data = trainer.data
         trainers.append(trainer)
         rng_states.append(torch.get_rng_state())  # restore() set the run's own
