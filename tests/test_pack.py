@@ -48,6 +48,9 @@ def test_a_run_in_a_pack_is_the_run_trained_alone(minari_root, tmp_path, kind) -
     task = resolve_task("hopper-medium")
     config = load_config(None, settings)
     pack = start_pack(with_seeds(config, [0, 1]), task, [tmp_path / "p0", tmp_path / "p1"], "tiny")
+    samplers = [trainer.sampler for trainer in pack.trainers]  # one copy of the dataset
+    assert samplers[0].states.data_ptr() == samplers[1].states.data_ptr()
+    assert samplers[0].generator is not samplers[1].generator
     pack.train(progress=False)
     for seed in (0, 1):
         alone = load_config(None, [*settings, f"train.seed={seed}"])

@@ -288,6 +288,14 @@ class WindowSampler:
     def num_steps(self) -> int:
         return self.states.shape[0]
 
+    def share_data(self, other: WindowSampler) -> None:
+        """Sample from another sampler's tensors (the runs of a pack sample one dataset with the
+        same settings): one copy of the dataset on the device, each run its own generator."""
+        if (other.states.shape, other.context_len) != (self.states.shape, self.context_len):
+            raise ValueError("share_data: the samplers hold other data or window lengths")
+        for name in ("states", "actions", "rtg", "timesteps", "episode_ends", "offsets"):
+            setattr(self, name, getattr(other, name))
+
     def sample(self, batch_size: int) -> Batch:
         start = torch.randint(
             0, self.num_steps, (batch_size,), generator=self.generator, device=self.device

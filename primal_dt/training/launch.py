@@ -355,6 +355,9 @@ def start_pack(configs: list[Config], task: Task, run_dirs: list[Path], config_n
     for config, run_dir in zip(configs, run_dirs, strict=True):
         trainers.append(start_run(config, task, run_dir, config_name, data))
         rng_states.append(torch.get_rng_state())  # as the lone run's, right after assemble
+        trainers[-1].sampler.share_data(
+            trainers[0].sampler
+        )  # one copy of the dataset (no-op for the first)
     return Pack(trainers, rng_states)
 
 
@@ -373,10 +376,13 @@ def resume_pack(paths: list[Path], steps: int | None = None, download: bool | No
                 f"{first.task.name}; resume them separately"
             )
     check_packable([snapshot.config for snapshot in snapshots], names)
-    trainers, rng_states = [], []
+    trainers: list[Trainer] = []
+    rng_states = []
     data = None
     for path, snapshot in zip(paths, snapshots, strict=True):
         trainer = resume_run(path, steps, download, data=data, snapshot=snapshot)
+        if trainers:
+            trainer.sampler.share_data(trainers[0].sampler)  # one copy of the dataset
         data = trainer.data
         trainers.append(trainer)
         rng_states.append(torch.get_rng_state())  # restore() set the run's own
