@@ -186,8 +186,10 @@ class AttentionLayer(nn.Module):
         # (_checked) takes None, and its signature is the one that help() and autodoc show.
         raise NotImplementedError
 
-    def redraw(self, step: int) -> None:
-        """Draw the random state for training step `step` (a no-op without random state)."""
+    def redraw(self, step: int) -> bool:
+        """Draw the random state for training step `step`; whether it drew any (a kind without
+        random state never does)."""
+        return False
 
 
 def split_heads(t: Tensor, n_head: int) -> Tensor:

@@ -175,11 +175,11 @@ class DecisionTransformer(nn.Module):
             aux_loss = torch.zeros((), device=states.device)
         return predicted, aux_loss
 
-    def redraw(self, step: int) -> None:
-        """Each attention's random state for training step `step` (layer.py), before its forward."""
-        for module in self.modules():
-            if isinstance(module, AttentionLayer):
-                module.redraw(step)
+    def redraw(self, step: int) -> bool:
+        """Each attention's random state for training step `step` (layer.py), before its
+        forward; whether any layer drew new state."""
+        drawn = [m.redraw(step) for m in self.modules() if isinstance(m, AttentionLayer)]
+        return any(drawn)
 
     def act(
         self,

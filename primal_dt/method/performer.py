@@ -109,9 +109,11 @@ class PerformerAttention(ProjectedAttention, Redrawn):
     def _draw(self, step: int, head_dim: int) -> Tensor:
         return orthogonal_features(self.num_features, head_dim, step_generator(self.seed, step))
 
-    def redraw(self, step: int) -> None:
+    def redraw(self, step: int) -> bool:
         if self.redraw_every and step > 0 and step % self.redraw_every == 0:
             self.features.copy_(self._draw(step, self.features.shape[1]))
+            return True
+        return False
 
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True

@@ -134,9 +134,10 @@ class ReformerAttention(Redrawn):
     def _draw(self, step: int) -> Tensor:
         return torch.randn(self.shape, generator=step_generator(self.seed, step), device="cpu")
 
-    def redraw(self, step: int) -> None:
+    def redraw(self, step: int) -> bool:
         if step > 0:
             self.rotations.copy_(self._draw(step))
+        return step > 0
 
     def forward(
         self, x: Tensor, mask: Tensor, rows: slice | None = None, objective: bool = True

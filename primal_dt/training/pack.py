@@ -186,12 +186,14 @@ class PackedModel:
         torch.set_rng_state(self.rng_states[run])
 
     def _redraw(self, step: int) -> None:
-        """Each run's layers draw their random state for this step; the stack takes it."""
+        """Each run's layers draw their random state for this step; the stack takes it where
+        they drew any (Performer's features every train.redraw steps, Reformer's hashes every
+        step)."""
         with torch.no_grad():
             for run, trainer in enumerate(self.trainers):
-                trainer.model.redraw(step)
-                for name, buffer in trainer.model.named_buffers():
-                    self.buffers[name][run].copy_(buffer)
+                if trainer.model.redraw(step):
+                    for name, buffer in trainer.model.named_buffers():
+                        self.buffers[name][run].copy_(buffer)
 
     def _keys(self) -> Tensor:
         """(R, calls, 2): each run's dropout keys for this step, from its own random state."""
