@@ -16,6 +16,7 @@ from conftest import train_args
 from primal_dt.cli import main
 from primal_dt.data.sources import BUNDLED_ROOT
 from primal_dt.method.registry import ATTENTIONS
+from primal_dt.store.locks import RunLock
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot
 
@@ -80,6 +81,13 @@ def test_a_start_killed_before_its_first_checkpoint_is_named_and_cleared(
     assert killed.returncode == 137, killed.stderr
     run = RunDir(run_dir)
     assert run.unsaved_start and list(run_dir.glob("events.out.tfevents.*"))
+    lock = RunLock(run, "train")  # while a start trains, before its first checkpoint
+    lock.acquire()
+    try:
+        assert main(["eval", "--ckpt", str(run_dir)]) == 2
+        assert "has no checkpoint yet: process" in one_line(capsys)
+    finally:
+        lock.release()
     for command in (["eval", "--ckpt", str(run_dir)], ["train", "--resume", str(run_dir)]):
         assert main(command) == 2, command
         line = one_line(capsys)

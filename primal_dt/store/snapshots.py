@@ -27,6 +27,7 @@ from primal_dt.data.tasks import Task, env_for_gym_id, make_env
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.atomic import atomic_write
 from primal_dt.store.integrity import damaged_parts, describe, seal
+from primal_dt.store.locks import RunLock
 from primal_dt.store.rundir import RunDir, folder_of
 
 FORMAT = "primal-dt-checkpoint"
@@ -300,6 +301,12 @@ def checkpoint_file(path: str | Path) -> Path:
     if path.is_dir():
         run = RunDir(path)
         if run.unsaved_start:
+            holder = RunLock(run, "train").holder()
+            if holder is not None:  # a live start, before its first checkpoint
+                raise CheckpointError(
+                    f"{path} has no checkpoint yet: process {holder} is training it and saves "
+                    f"its first at step train.ckpt_every; evaluate it then"
+                )
             raise CheckpointError(run.unsaved_start_advice())
         if not run.checkpoint.is_file():
             raise CheckpointError(
