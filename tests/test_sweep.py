@@ -243,6 +243,7 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
         "curves_hopper-expert.png",
         "curves_hopper-medium.png",
         "report.csv",
+        "report.json",
         "report.md",
         "spectrum_hopper-expert.png",
         "spectrum_hopper-medium.png",
