@@ -127,19 +127,19 @@ def open_dataset(dataset_id: str, download: bool) -> Any:
                 f"set MINARI_DATASETS_PATH to the folder that holds it, copy it there, or make "
                 f"one with primal-dt datasets make (primal-dt datasets list shows what is here)"
             )
-        _check_download_possible(named, where)
-        download_dataset(dataset_id)
+        download_dataset(dataset_id, named)
     try:
         return minari.MinariDataset(os.path.join(where, "data"))
     except Exception as err:
         raise DatasetError(f"cannot read dataset {dataset_id} at {where}: {err}") from None
 
 
-def download_dataset(dataset_id: str) -> None:
+def download_dataset(dataset_id: str, named: str | None = None) -> None:
     """Fetch an official dataset into the Minari root, failing fast when that cannot work."""
     import minari
 
-    _check_download_possible(dataset_id, os.path.join(minari_root(), dataset_id))
+    where = os.path.join(minari_root(), dataset_id)
+    _check_download_possible(named or dataset_id, where)  # named: with its did-you-mean
     try:
         minari.download_dataset(dataset_id)
     except Exception as err:  # Minari raises ValueError, hub errors, OSError...
