@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -44,11 +42,9 @@ from primal_dt.evaluation.rollout import (
     plan_evaluation,
     rollout,
 )
+from primal_dt.evaluation.sequential import sequential_rollout
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.snapshots import TaskInfo, read_snapshot
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from oracles import sequential_rollout  # noqa: E402  (the tests' oracle, timed here)
 
 
 def untrained_policy(spec: str, device: torch.device) -> tuple[Policy, TaskInfo]:

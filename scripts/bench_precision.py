@@ -36,7 +36,9 @@ from bench_common import device_name, primal_dt
 from doc_tables import publish
 from scipy import stats
 
-from primal_dt.store.dashboards import read_scalars
+from primal_dt.store.rundir import RunDir
+from primal_dt.store.training_log import curve as logged_curve
+from primal_dt.store.training_log import read_points
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "tests" / "policies"
@@ -133,7 +135,7 @@ def train_and_measure(model: str, precision: str, seed: int, folder: Path, env: 
         )
     )
     assert final["precision"] == curve["precision"] == precision
-    loss = read_scalars(run)["train/action_loss"][-1][1]
+    loss = logged_curve(read_points(RunDir(run).training_log), "action_loss")[-1][1]
     points = {s["target"]: s["normalized_mean"] for s in curve["results"]}
     return {"loss": loss, "score": final["score"], "curve": points}
 

@@ -20,7 +20,6 @@ from primal_dt.data.recording import random_policy, record_episodes, sb3_policy,
 from primal_dt.data.tasks import Task
 from primal_dt.evaluation.rollout import Policy
 from primal_dt.method.model import DecisionTransformer
-from primal_dt.store.dashboards import read_scalars
 from primal_dt.store.snapshots import TaskInfo
 from primal_dt.training.launch import start_run
 from primal_dt.training.trainer import Trainer
@@ -180,9 +179,12 @@ def train_args(run_dir: Path, steps: int, *extra: str, config: str | None = None
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of a run as TensorBoard's own reader sees it: (step, value) per tag."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
     return {
-        tag: [(step, value) for step, value, _ in points]
-        for tag, points in read_scalars(run_dir).items()
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
     }
 
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import hopper_policy, scalars, train_args
-from oracles import sequential_rollout
 
 from primal_dt.cli import main
 from primal_dt.evaluation.rollout import EvalOptions, make_jobs, make_vector, rollout
+from primal_dt.evaluation.sequential import sequential_rollout
 from primal_dt.evaluation.service import watch
 from primal_dt.store.results import read_results
 from primal_dt.store.rundir import RunDir

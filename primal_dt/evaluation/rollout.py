@@ -350,6 +350,7 @@ def evaluation_record(
         reference=task.reference,
         results=summaries,
         seconds=round(time.perf_counter() - start, 2),
+        finished_at=round(time.time(), 3),
         dataset_best_return=task.dataset_best_return,
         device=str(policy.device),
         precision=policy.precision,

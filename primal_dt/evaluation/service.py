@@ -38,6 +38,12 @@ from primal_dt.evaluation.rollout import (
 )
 from primal_dt.evaluation.video import gif_summary, read_frames, video_target_and_seed
 from primal_dt.method.model import DecisionTransformer
+from primal_dt.store.dashboards import (
+    evaluation_writer,
+    log_evaluation,
+    log_spectrum,
+    log_summary,
+)
 from primal_dt.store.locks import RunLock
 from primal_dt.store.results import (
     EvalResult,
@@ -46,7 +52,7 @@ from primal_dt.store.results import (
     read_results,
     target_score,
 )
-from primal_dt.store.rundir import EVAL_EVENTS_SUFFIX, RunDir, step_of
+from primal_dt.store.rundir import RunDir, step_of
 from primal_dt.store.snapshots import Snapshot, read_snapshot, write_snapshot
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -126,10 +132,10 @@ class CheckpointEvaluator:
     def _log_spectrum(self, snapshot: Snapshot, model: DecisionTransformer) -> None:
         """The snapshot's attention spectrum as TensorBoard images (spectrum.py). Optional: when
         it cannot be computed (no matplotlib, dataset not on this machine) only it is missing."""
-        from primal_dt.evaluation.spectrum import log_spectrum
+        from primal_dt.evaluation.spectrum import spectrum_images
 
         try:
-            log_spectrum(self._writer, self.run, snapshot, model)
+            log_spectrum(self._writer, snapshot.step, spectrum_images(self.run, snapshot, model))
         except Exception as err:
             reason = f"{type(err).__name__}: {first_line(err)}"
             self.log(f"step {snapshot.step}: attention spectrum not logged: {reason}")
@@ -147,25 +153,13 @@ class CheckpointEvaluator:
             except Exception as err:  # the MP4 file is what was asked for; this is extra
                 self.log(f"step {record.step}: {video} not put into TensorBoard: {first_line(err)}")
                 continue
-            self._writer.file_writer.add_summary(summary, record.step)
+            log_summary(self._writer, summary, record.step)
         self._writer.flush()
 
     def _log_scalars(self, record: EvalResult) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
         if self._writer is None:
-            # Never with a purge_step: a resumed run's trainer purges (trainer.py); a purge from
-            # this file, which starts later, would drop what the resumed trainer logged since.
-            self._writer = SummaryWriter(str(self.run.path), filename_suffix=EVAL_EVENTS_SUFFIX)
-        for s in record.results:
-            tag = f"eval/{s.target:g}"
-            self._writer.add_scalar(f"{tag}/return", s.return_mean, record.step)
-            self._writer.add_scalar(f"{tag}/episode_length", s.length_mean, record.step)
-            if s.normalized_mean is not None:
-                self._writer.add_scalar(f"{tag}/normalized_return", s.normalized_mean, record.step)
-        if record.final and record.reference is not None:
-            self._writer.add_scalar("eval/final_normalized_return", record.score, record.step)
-        self._writer.flush()
+            self._writer = evaluation_writer(self.run.path)
+        log_evaluation(self._writer, record)
 
     def evaluate_queue(self) -> list[EvalResult]:
         """Evaluate and remove every queued snapshot, in step order."""

@@ -134,18 +134,19 @@ def checkpoint_spectra(
     return attention_spectra(model, windows)
 
 
-def log_spectrum(writer: Any, run: RunDir, snapshot: Snapshot, model: DecisionTransformer) -> None:
-    """For the evaluator: each block's spectrum of a snapshot as a TensorBoard image
-    `spectrum/block_<i>`, and `spectrum/block_<i>/rank_90` (singular values for 90% of the sum)."""
+def spectrum_images(
+    run: RunDir, snapshot: Snapshot, model: DecisionTransformer
+) -> list[tuple[int, np.ndarray]]:
+    """For the evaluator: each block's spectrum of a snapshot as (rank_90, its figure as an
+    (H, W, 3) image), which dashboards.log_spectrum writes to TensorBoard."""
     from primal_dt.evaluation.plots import figure_image, spectrum_figure
 
     step = snapshot.step
     spectra = checkpoint_spectra(run, snapshot, model)
     kinds = snapshot.config.model.block_kinds()
+    images = []
     for i, curve in enumerate(spectra):
-        writer.add_scalar(f"spectrum/block_{i}/rank_90", rank_at(curve), step)
-    for i, curve in enumerate(spectra):
-        kind = attention_label(kinds[i])
-        title = f"{snapshot.task.name}, block {i} ({kind}), step {step}"
+        title = f"{snapshot.task.name}, block {i} ({attention_label(kinds[i])}), step {step}"
         figure = spectrum_figure({f"step {step}": [curve]}, title, size=(4.0, 3.0))
-        writer.add_image(f"spectrum/block_{i}", figure_image(figure), step, dataformats="HWC")
+        images.append((rank_at(curve), figure_image(figure)))
+    return images

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -49,3 +50,24 @@ def atomic_copy(source: Path, path: Path) -> None:
     """An atomic copy (the step checkpoints beside ckpt.pt, best.pt)."""
     with source.open("rb") as original:
         atomic_write(path, lambda file: shutil.copyfileobj(original, file))
+
+
+def append_line(path: Path, line: str) -> None:
+    """One line, written with a single append so concurrent writers never interleave (eval.jsonl,
+    train.jsonl). A line the disk has no room for raises OSError and leaves nothing: never a line
+    cut short, which the next line would be glued onto."""
+    data = line.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    written = 0
+    try:
+        while written < len(data):  # a full disk takes what fits: the next write says why
+            count = os.write(fd, data[written:])
+            if count == 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written += count
+    except OSError as err:
+        if written:
+            os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - written)
+        raise OSError(err.errno, err.strerror, str(path)) from None
+    finally:
+        os.close(fd)

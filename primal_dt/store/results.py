@@ -8,16 +8,14 @@ read them. A line cut short by a crash is skipped.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from primal_dt.data.episodes import ReferenceScores
-from primal_dt.store.atomic import atomic_write
+from primal_dt.store.atomic import append_line, atomic_write
 from primal_dt.store.rundir import RunDir
 
 
@@ -54,6 +52,9 @@ class EvalResult:
     results: list[TargetSummary] = field(default_factory=list)
     score: float | None = None
     seconds: float = 0.0
+    # the wall-clock time it ended (seconds since the epoch; None in records older than this
+    # field): what ends a training session whose last act it was (trainlog.training_sessions)
+    finished_at: float | None = None
     dataset_best_return: float | None = None
     device: str = ""  # where the policy acted ("" in records older than this field)
     precision: str = ""  # the precision it acted in, the run's: fp32, or bf16 (autocast)
@@ -121,24 +122,8 @@ def final_missing(run: RunDir, step: int, final_episodes: int) -> bool:
 
 
 def append_result(run: RunDir, record: EvalResult) -> None:
-    """One line, written with a single append so concurrent writers never interleave. A line the
-    disk has no room for raises OSError and leaves nothing: never a line cut short, which the next
-    record would be glued onto."""
-    line = (json.dumps(record.to_dict()) + "\n").encode()
-    fd = os.open(run.eval_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    written = 0
-    try:
-        while written < len(line):  # a full disk takes what fits: the next write says why
-            count = os.write(fd, line[written:])
-            if count == 0:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            written += count
-    except OSError as err:
-        if written:
-            os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - written)
-        raise OSError(err.errno, err.strerror, str(run.eval_log)) from None
-    finally:
-        os.close(fd)
+    """One line (atomic.append_line: never interleaved, never cut short by a full disk)."""
+    append_line(run.eval_log, json.dumps(record.to_dict()) + "\n")
 
 
 def drop_results_after(run: RunDir, step: int) -> None:

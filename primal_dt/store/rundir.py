@@ -8,6 +8,7 @@
       best.pt                the Snapshot of the best evaluation so far
       eval_queue/step_N.pt   Snapshots with an EvalRequest, waiting for the evaluator
       eval.jsonl             one EvalResult per evaluation (results.py)
+      training.jsonl         one LogPoint per log point: the losses, and when (training_log.py)
       spectrum_windows.pt    the fixed windows the attention spectrum is measured on (spectrum.py)
       return_curve_step_N.*  a target sweep's record and figure (conditioning.py)
       videos/                MP4 files of rendered episodes (video.py)
@@ -16,7 +17,9 @@
                              (EVAL_EVENTS_SUFFIX) beside it
 
 Each record has its own module, one dataclass, one writer and one reader: runconfig.py
-(config.json), snapshots.py (ckpt.pt, best.pt, checkpoints/, eval_queue/), results.py (eval.jsonl);
+(config.json), snapshots.py (ckpt.pt, best.pt, checkpoints/, eval_queue/), results.py (eval.jsonl),
+training_log.py (training.jsonl); TensorBoard's files are written by dashboards.py alone, and never
+read back: what the report reads is in the records;
 locks.py holds the writers' locks and atomic.py writes files whole or not at all.
 """
 
@@ -67,6 +70,10 @@ class RunDir:
         return self.path / "eval.jsonl"
 
     @property
+    def training_log(self) -> Path:
+        return self.path / "training.jsonl"
+
+    @property
     def spectrum_windows(self) -> Path:
         return self.path / "spectrum_windows.pt"
 
@@ -109,6 +116,7 @@ class RunDir:
         start's: the sweep wrote it before and appends to it)."""
         named = [
             *(self.config_file, self.best, self.checkpoints, self.queue, self.eval_log),
+            self.training_log,
             *(self.spectrum_windows, self.videos, *self.path.glob("return_curve_step_*")),
             *self.path.glob("events.out.tfevents.*"),
         ]

@@ -21,11 +21,11 @@ from primal_dt.data.sources import find_dataset
 from primal_dt.data.tasks import Task, load_envs
 from primal_dt.evaluation.conditioning import read_curve
 from primal_dt.method.registry import aux_loss_name
-from primal_dt.store.dashboards import read_scalars
 from primal_dt.store.results import EvalResult, read_results, target_score
 from primal_dt.store.runconfig import read_run_config
 from primal_dt.store.rundir import RunDir, find_runs, run_dir_name
 from primal_dt.store.snapshots import read_snapshot
+from primal_dt.store.training_log import Span, curve, read_points, training_sessions
 
 
 class ReportError(PrimalDTError):
@@ -56,10 +56,13 @@ class RunSummary:
     reference_scores: ReferenceScores | None = None
     dataset_ids: list[str] = field(default_factory=list)
     scores: list[tuple[int, float]] = field(default_factory=list)  # (step, score) per evaluation
-    # train/<aux_loss_name> as logged (registry.aux_loss_name: Primal's ksvd_loss), where the
-    # run's kinds have an auxiliary loss
+    # <aux_loss_name> as training.jsonl has it (registry.aux_loss_name: Primal's ksvd_loss), where
+    # the run's kinds have an auxiliary loss
     aux_loss: list[tuple[int, float]] = field(default_factory=list)
     aux_loss_name: str | None = None
+    sessions: list[Span] = field(default_factory=list)  # training_log.training_sessions
+    machines: list[str] = field(default_factory=list)  # config.json's: where it trained
+    precision: str = ""  # train.precision as config.json resolved it
     spectra: list[np.ndarray] | None = None
     curve: EvalResult | None = None  # the latest return-conditioning curve (conditioning.py)
     notes: list[str] = field(default_factory=list)
@@ -81,6 +84,8 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
         steps=started.config.train.steps,
         block_kinds=started.config.model.block_kinds(),
         return_conditioning=started.config.model.return_conditioning,
+        machines=list(started.machines),
+        precision=started.config.train.precision,
     )
     records = read_results(run_dir)
     good = [r for r in records if r.error is None]
@@ -104,9 +109,12 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
     if good:
         _describe_task(summary, good[-1].reference, good[-1].dataset_ids)
     aux = aux_loss_name(summary.block_kinds)  # None: its kinds have no auxiliary loss
-    logged = read_scalars(path).get(f"train/{aux}", []) if aux else []
-    summary.aux_loss = [(step, value) for step, value, _ in logged]
+    points = read_points(run_dir.training_log)
+    if not points:
+        summary.notes.append("no training.jsonl (a run made before it): no loss curve, no time")
+    summary.aux_loss = curve(points, aux) if aux else []
     summary.aux_loss_name = aux
+    summary.sessions = training_sessions(points, records)
     summary.curve = read_curve(run_dir)
     if not run_dir.checkpoint.exists():
         summary.notes.append("no checkpoint")

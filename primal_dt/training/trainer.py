@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch.utils.tensorboard import SummaryWriter
 
 from primal_dt.common.config import Config
 from primal_dt.common.device import as_precision, autocast
@@ -32,7 +32,7 @@ from primal_dt.data.episodes import Batch, TaskData, WindowSampler
 from primal_dt.evaluation.evaluators import RunEvaluator
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.atomic import atomic_copy
-from primal_dt.store.dashboards import copy_run, run_layout, write_hparams
+from primal_dt.store.dashboards import copy_run, log_training, training_writer
 from primal_dt.store.locks import RunLock
 from primal_dt.store.results import EvalResult
 from primal_dt.store.rundir import RunDir
@@ -43,6 +43,7 @@ from primal_dt.store.snapshots import (
     TrainingState,
     write_snapshot,
 )
+from primal_dt.store.training_log import LogPoint, append_point
 from primal_dt.training.compiling import (
     compile_cache,
     damaged_files,
@@ -52,6 +53,9 @@ from primal_dt.training.compiling import (
 )
 from primal_dt.training.memory import out_of_memory_named
 from primal_dt.training.step import WholeStep, action_loss, advance_schedule
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 Metrics = dict[str, torch.Tensor]  # named scalars of one step, on the training device
 
@@ -111,6 +115,7 @@ class Trainer:
         self.compile_pending = self.config.train.compile
         self.say: Callable[[str], None] = partial(print, file=sys.stderr)  # begin() sets it
         self.tick = time.perf_counter()  # when the last log was (begin() sets it)
+        self.session_start = time.time()  # when this session began (begin() sets it)
 
     def hold(self) -> None:
         """Take the run directory's locks (see RunLock): a second writer is refused, and then
@@ -375,21 +380,17 @@ class Trainer:
         self.pending_count += 1
 
     def _open_writer(self, stack: ExitStack) -> SummaryWriter:
-        """TensorBoard; the stack closes it however the loop ends."""
-        # On resume, drop every event (train/* and eval/*) logged after the checkpoint by the
-        # interrupted run. Only this writer purges: TensorBoard reads a run's event files in the
-        # order they were created and a purge drops the points of every file read before it, so
-        # it must come from the first file the resumed run creates.
-        purge = self.step + 1 if self.step else None
-        writer = stack.enter_context(SummaryWriter(str(self.run_dir.path), purge_step=purge))
-        if self.step == 0:
-            write_hparams(writer, self.data.task.name, self.config)
-            writer.add_custom_scalars(run_layout(self.data.task.name, self.model.aux_loss_name))
-        return writer
+        """TensorBoard (dashboards.training_writer); the stack closes it however the loop ends.
+        Also the session's start, which the training log records."""
+        self.session_start = round(time.time(), 3)
+        writer = training_writer(
+            self.run_dir.path, self.step, self.data.task.name, self.config, self.model.aux_loss_name
+        )
+        return stack.enter_context(writer)
 
     def _log(self, writer: SummaryWriter, bar: Progress | None, tick: float) -> float:
-        """The mean of each metric since the last log to TensorBoard and the bar; returns the
-        time of this log."""
+        """The mean of each metric since the last log to TensorBoard, the training log and the bar;
+        returns the time of this log."""
         self._check_finite()
         now = time.perf_counter()
         names = list(self.pending)
@@ -402,8 +403,9 @@ class Trainer:
             "lr": self.scheduler.get_last_lr()[0],
             "steps_per_sec": self.pending_count / (now - tick),
         }
-        for name, value in scalars.items():
-            writer.add_scalar(f"train/{name}", value, self.step)
+        log_training(writer, self.step, scalars)
+        point = LogPoint(self.step, self.session_start, round(time.time(), 3), scalars)
+        append_point(self.run_dir, point)
         postfix: dict[str, str] = {"action": f"{means['action_loss']:.4f}"}
         postfix[aux_name.removesuffix("_loss")] = f"{means[aux_name]:.3g}"  # ksvd=...
         if bar is not None:

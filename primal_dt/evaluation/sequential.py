@@ -1,4 +1,7 @@
-"""Oracles: plain implementations that the project's fast ones are checked and timed against."""
+"""The reference implementations' evaluation loop, kept as the plain baseline that the vectorised
+rollout (rollout.py) is checked against (tests/test_evaluation.py) and timed against
+(scripts/bench_eval.py): one episode after another, one model call per step with a batch of one.
+Not used by training or `primal-dt eval`."""
 
 from __future__ import annotations
 
@@ -17,9 +20,8 @@ from primal_dt.store.snapshots import TaskInfo
 def sequential_rollout(
     policy: Policy, task: TaskInfo, jobs: list[Job]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The reference implementations' evaluation: one episode after another, one model call per
-    step with a batch of one, in the policy's precision. The baseline the vectorised rollout is
-    checked against (tests/test_evaluation.py) and timed against (scripts/bench_eval.py)."""
+    """Each job's return and length, one episode after another, one model call per step with a
+    batch of one, in the policy's precision."""
     model, device, k = policy.model, policy.device, policy.context_len
     env = task.make_env()
     low, high = env.action_space.low, env.action_space.high
