@@ -31,7 +31,7 @@ from primal_dt.evaluation import plots
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot, write_snapshot
 from primal_dt.tools.corl import CORL_HEADING, corl_scores, corl_table
-from primal_dt.tools.flatness import FLATNESS_HEADING, flatness_sentences, quarter_change
+from primal_dt.tools.flatness import FLAT, FLATNESS_HEADING, flatness, quarter_change
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import write_report
 from primal_dt.tools.report_data import read_report_data
@@ -497,6 +497,15 @@ def test_aggregates_with_enough_seeds_and_the_same_numbers_twice(
     (aggregate,) = [a for a in data.aggregates if a.config == "primal-dt"]
     assert aggregate.points["IQM"] == pytest.approx(primal.points[0])
     assert aggregate.seeds == 5 and aggregate.intervals["IQM"][0] <= aggregate.points["IQM"]
+    # report.md is its sections, each by its heading, with the figures it shows.
+    rendered = [f"## {s.heading}\n\n{s.body}" for s in data.sections]
+    assert text == "\n\n".join([text.split("\n\n")[0], data.lead, *rendered]) + "\n"
+    shown = data.section("Aggregates over tasks")
+    assert shown is not None and shown.figures == ["aggregates.png", "performance_profile.png"]
+    assert data.section("Comparisons per task") is not None and data.section("nothing") is None
+    assert data.study is not None and data.study.seeds == [0, 1, 2, 3, 4]
+    assert data.study.configs == ["dt", "linear-dt", "primal-dt"]
+    assert data.study.tasks == ["hopper-medium", "walker2d-medium"]
 
     # The same runs give the same numbers: the bootstrap's seed is fixed.
     np.random.seed(123)  # whatever the global generator's state, it is not used
@@ -686,7 +695,9 @@ def test_a_curve_is_flat_where_its_late_change_is_within_the_seeds_spread() -> N
     alone = [run("alone", 0, [0] * 8)]
     changes = [(14 + seed + 15) / 2 - 10 for seed in range(3)]
     low, high = t95(changes)
-    sentences = flatness_sentences([*rising, *flat, *alone])
+    found = flatness([*rising, *flat, *alone])
+    sentences = [curve.sentence() for curve in found]
+    assert [curve.verdict == FLAT for curve in found] == [True, False]
     assert sentences[1] == (
         f"up on hopper-medium: the last quarter's mean score minus the quarter before's "
         f"{np.mean(changes):+.1f} [{low:+.1f}, {high:+.1f}] over 3 seeds: still rising."

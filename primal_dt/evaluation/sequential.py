@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from contextlib import closing
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -24,7 +25,9 @@ def sequential_rollout(
     batch of one, in the policy's precision."""
     model, device, k = policy.model, policy.device, policy.context_len
     env = task.make_env()
-    low, high = env.action_space.low, env.action_space.high
+    space = env.action_space
+    assert isinstance(space, gym.spaces.Box), "the policy's tanh head acts in a box"
+    low, high = space.low, space.high
     returns, lengths = np.zeros(len(jobs)), np.zeros(len(jobs), dtype=np.int64)
     with evaluating(model), closing(env):
         for index, job in enumerate(jobs):

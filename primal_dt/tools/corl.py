@@ -57,15 +57,47 @@ def corl_scores() -> CorlScores:
     )
 
 
+@dataclass
+class CorlRow:
+    """One task of the side table: the baseline's normalised final scores here, its budget, and
+    CORL's DT beside them."""
+
+    task: str
+    steps: list[int]
+    parameters: list[int]
+    mean: float
+    interval: tuple[float, float] | None  # Student's t, 95%; None for one seed
+    corl_last: tuple[float, float]
+    corl_best: tuple[float, float]
+
+    @property
+    def fraction(self) -> float:
+        """What fraction of CORL's last score this budget reaches (the ratio of the means)."""
+        return self.mean / self.corl_last[0]
+
+
+def corl_rows(rows: Sequence[Row], baseline: str | None, corl: CorlScores) -> list[CorlRow]:
+    """Per task that CORL has, where the baseline config has normalised final scores."""
+    return [
+        CorlRow(
+            row.task,
+            list(dict.fromkeys(row.steps)),
+            list(dict.fromkeys(row.parameters)),
+            float(np.mean(row.final)),
+            t_interval(row.final),
+            corl.last[row.task],
+            corl.best[row.task],
+        )
+        for row in rows
+        if row.config == baseline and row.task in corl.last and row.normalized and row.final
+    ]
+
+
 def corl_table(rows: Sequence[Row], baseline: str | None, corl: CorlScores) -> str:
     """The side table: per task that CORL has, the baseline config's normalised final scores here
     (mean and Student's t 95% interval, its steps and parameters) beside CORL's DT, and the ratio
     of the means. "" where the baseline has no normalised final score on such a task."""
-    ours = [
-        row
-        for row in rows
-        if row.config == baseline and row.task in corl.last and row.normalized and row.final
-    ]
+    ours = corl_rows(rows, baseline, corl)
     if not ours:
         return ""
     lines = [
@@ -81,17 +113,19 @@ def corl_table(rows: Sequence[Row], baseline: str | None, corl: CorlScores) -> s
         "| CORL DT best | here / CORL last |",
         "|---|---|---|---:|---:|---:|",
     ]
-    for row in ours:
-        mean = float(np.mean(row.final))
-        interval = t_interval(row.final)
-        spread = "one seed" if interval is None else f"[{interval[0]:.1f}, {interval[1]:.1f}]"
-        budget = (
-            f"{', '.join(f'{s:,}' for s in dict.fromkeys(row.steps))} steps, "
-            f"{', '.join(f'{p:,}' for p in dict.fromkeys(row.parameters)) or 'unknown'} parameters"
+    for found in ours:
+        spread = (
+            "one seed"
+            if found.interval is None
+            else f"[{found.interval[0]:.1f}, {found.interval[1]:.1f}]"
         )
-        last, best = corl.last[row.task], corl.best[row.task]
+        budget = (
+            f"{', '.join(f'{s:,}' for s in found.steps)} steps, "
+            f"{', '.join(f'{p:,}' for p in found.parameters) or 'unknown'} parameters"
+        )
+        last, best = found.corl_last, found.corl_best
         lines.append(
-            f"| {row.task} | {budget} | {mean:.1f} {spread} | {last[0]:.1f} ± {last[1]:.1f} "
-            f"| {best[0]:.1f} ± {best[1]:.1f} | {mean / last[0]:.2f} |"
+            f"| {found.task} | {budget} | {found.mean:.1f} {spread} | {last[0]:.1f} ± {last[1]:.1f} "
+            f"| {best[0]:.1f} ± {best[1]:.1f} | {found.fraction:.2f} |"
         )
     return "\n".join(lines)

@@ -9,6 +9,7 @@ could still hide in it; a budget is long enough for a study when its configs' cu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from primal_dt.tools.runs import RunSummary
 from primal_dt.tools.statistics import t_interval
 
 FLATNESS_HEADING = "## Are the curves flat?"
-FLAT = "flat: no change detected beyond the seeds' spread"  # a sentence's verdict, read back too
+FLAT = "flat: no change detected beyond the seeds' spread"
 
 
 def quarter_scores(
@@ -43,31 +44,52 @@ def quarter_change(scores: Sequence[tuple[int, float]], steps: int) -> float | N
     return None if late is None or before is None else late - before
 
 
-def flatness_sentences(summaries: Sequence[RunSummary]) -> list[str]:
-    """A sentence per (task, config) with a change for at least 2 seeds."""
+@dataclass
+class Flatness:
+    """One task's and config's change between the last two quarters (quarter_change), seed by
+    seed, with its Student's t interval, and the verdict it gives."""
+
+    task: str
+    config: str
+    changes: list[float]
+    interval: tuple[float, float]
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.changes))
+
+    @property
+    def verdict(self) -> str:
+        low, high = self.interval
+        return FLAT if low <= 0 <= high else "still rising" if low > 0 else "still falling"
+
+    def sentence(self) -> str:
+        low, high = self.interval
+        return (
+            f"{self.config} on {self.task}: the last quarter's mean score minus the quarter "
+            f"before's {self.mean:+.1f} [{low:+.1f}, {high:+.1f}] over {len(self.changes)} "
+            f"seeds: {self.verdict}."
+        )
+
+
+def flatness(summaries: Sequence[RunSummary]) -> list[Flatness]:
+    """Per (task, config) with a change for at least 2 seeds, in task, config order."""
     groups: dict[tuple[str, str], list[float]] = {}
     for run in sorted(summaries, key=lambda s: (s.task, s.config, s.seed)):
         change = quarter_change(run.scores, run.steps)
         if change is not None:
             groups.setdefault((run.task, run.config), []).append(change)
-    sentences = []
+    found = []
     for (task, config), changes in groups.items():
         interval = t_interval(changes)
-        if interval is None:
-            continue
-        low, high = interval
-        verdict = FLAT if low <= 0 <= high else "still rising" if low > 0 else "still falling"
-        sentences.append(
-            f"{config} on {task}: the last quarter's mean score minus the quarter before's "
-            f"{np.mean(changes):+.1f} [{low:+.1f}, {high:+.1f}] over {len(changes)} seeds: "
-            f"{verdict}."
-        )
-    return sentences
+        if interval is not None:
+            found.append(Flatness(task, config, changes, interval))
+    return found
 
 
 def flatness_section(summaries: Sequence[RunSummary]) -> str:
     """report.md's section: the sentences, or what is missing for them."""
-    sentences = flatness_sentences(summaries)
+    sentences = [found.sentence() for found in flatness(summaries)]
     lines = [
         FLATNESS_HEADING,
         "",

@@ -35,7 +35,7 @@ from primal_dt.tools.report_comparisons import (
     comparisons_section,
     last_quarter_section,
 )
-from primal_dt.tools.report_data import report_data, write_report_data
+from primal_dt.tools.report_data import ReportSection, report_data, write_report_data
 from primal_dt.tools.report_tables import (
     markdown_table,
     paper_table,
@@ -139,6 +139,14 @@ def _notes(counted: list[RunSummary], rows: list[Row], same: Sequence[SameData])
     return notes
 
 
+def _section(text: str, pictures: list[str]) -> ReportSection:
+    """A section as its builder wrote it ("## heading", a blank line, its body), with the
+    figures its body shows."""
+    assert text.startswith("## "), "every section of report.md starts with its heading"
+    heading, _, body = text.removeprefix("## ").partition("\n\n")
+    return ReportSection(heading, body, [name for name in pictures if f"]({name})" in body])
+
+
 def write_report(
     runs_dirs: Path | Sequence[Path], out: Path | None = None, baseline: str | None = None
 ) -> tuple[str, list[Path]]:
@@ -168,13 +176,11 @@ def write_report(
     counted = f"{len(counted_once)} runs"
     if left_out:
         counted += f" ({len(left_out)} duplicate{'s' * (len(left_out) > 1)} left out, see Notes)"
+    lead = f"{counted}, grouped by the task, config name and seed each run recorded."
     table = markdown_table(rows, behaviour)
     spectrum = spectrum_sentences(counted_once)
     parts = [
-        f"# primal-dt report: {', '.join(map(str, dirs))}",
-        f"{counted}, grouped by the task, config name and seed each run recorded.",
-        scores_text(rows),
-        table,
+        f"{scores_text(rows)}\n\n{table}",
         comparisons_section(rows, baseline),
         flatness_section(counted_once),
         last_quarter_section(counted_once, baseline),
@@ -187,18 +193,26 @@ def write_report(
         "means exceeds the sum of the stds over seeds. The sentences compare every other "
         "attention with softmax: first the same block of two configs of a task (where one "
         "has softmax there), then a block of another kind with the softmax blocks of its own "
-        "model.",
-        spectrum_table(counted_once),
-        "\n".join(f"- {s}" for s in spectrum)
-        or "No study here has a softmax block beside a block of another kind.",
+        "model.\n\n"
+        + "\n\n".join(
+            [
+                spectrum_table(counted_once),
+                "\n".join(f"- {s}" for s in spectrum)
+                or "No study here has a softmax block beside a block of another kind.",
+            ]
+        ),
         paper_table(paper_scores(), [row.task for row in rows if row.task != "average"]),
         corl_table(rows, baseline, corl_scores()),
         "## Figures\n\n" + "\n".join(images),
         "## Notes\n\n" + ("\n".join(_notes(counted_once, rows, same)) or "none"),
     ]
-    text = "\n\n".join(part for part in parts if part)  # a section with nothing to say: none
+    pictures = [path.name for path in written if path.suffix == ".png"]
+    sections = [_section(part, pictures) for part in parts if part]  # nothing to say: none
+    title = f"# primal-dt report: {', '.join(map(str, dirs))}"
+    text = "\n\n".join([title, lead, *(f"## {s.heading}\n\n{s.body}" for s in sections)])
     (out / "report.md").write_text(text + "\n")
     data = report_data(dirs, rows, counted_once, baseline, summed)
+    data.lead, data.sections = lead, sections
     written[:0] = [out / "report.md", write_report_data(data, out / "report.json")]
     for runs_dir in dirs:
         remove_root_layout(runs_dir)

@@ -2,11 +2,15 @@
 whoever reads a study's results without parsing prose (scripts/results.py, people with their own
 plots). One dataclass (ReportData), one writer and one reader.
 
-It holds, from the same functions the text is written from: each task's and config's final
-scores per seed; the paired differences of every config against the baseline, per task and over
-tasks, on the final scores and on the last quarter's means (paired.py: mean, t interval, the
-difference the study detects at POWER, the seeds TARGET points would need); and each config's
-aggregates over tasks (statistics.py: IQM, mean and optimality gap with their intervals).
+It holds, from the same functions the text is written from: what the runs were (tasks, configs,
+seeds, machines, precision, batch sizes, the steps they trained and the minutes it took, from
+config.json, the checkpoints and training.jsonl); each task's and config's final scores per seed;
+the paired differences of every config against the baseline, per task and over tasks, on the
+final scores and on the last quarter's means (paired.py: mean, t interval, the difference the
+study detects at POWER, the seeds TARGET points would need); whether each curve is flat
+(flatness.py); the baseline beside CORL's DT (corl.py); each config's aggregates over tasks
+(statistics.py: IQM, mean and optimality gap with their intervals); and report.md's sections,
+each by its heading with the figures it shows, for pages that show some of them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from primal_dt.store.training_log import union_minutes
+from primal_dt.tools.corl import CorlRow, corl_rows, corl_scores
+from primal_dt.tools.flatness import FLAT, Flatness, flatness
 from primal_dt.tools.paired import (
     POWER,
     TARGET,
@@ -27,10 +34,64 @@ from primal_dt.tools.paired import (
     paired_differences,
     paired_over_tasks,
 )
-from primal_dt.tools.runs import Row, RunSummary, unique
+from primal_dt.tools.runs import ReportError, Row, RunSummary, unique
 from primal_dt.tools.statistics import METRICS, Aggregate
 
-VERSION = 1
+VERSION = 2
+
+
+@dataclass
+class StudyFacts:
+    """What the runs were, and what they cost."""
+
+    tasks: list[str]
+    configs: list[str]
+    seeds: list[int]
+    machines: list[str]  # as config.json records them: another CPU gives other bits
+    precisions: list[str]  # train.precision as resolved
+    batch_sizes: list[int]
+    steps: int  # the steps every run trained, summed (each checkpoint's)
+    # minutes during which some run trained: the union of every session of every run (each
+    # from its start to its last log or evaluation), so the same when the report is made again
+    # and no idle time counted where a study ran in parts; None where no run logged its sessions
+    minutes: float | None
+
+
+@dataclass
+class FlatnessResult:
+    """One curve's change between the last two quarters (flatness.Flatness)."""
+
+    task: str
+    config: str
+    changes: list[float]
+    mean: float
+    interval: tuple[float, float]
+    flat: bool
+    verdict: str
+
+
+@dataclass
+class CorlResult:
+    """One task of the side table against CORL's DT (corl.CorlRow)."""
+
+    task: str
+    steps: list[int]
+    parameters: list[int]
+    mean: float
+    interval: tuple[float, float] | None
+    corl_last: tuple[float, float]
+    corl_best: tuple[float, float]
+    fraction: float
+
+
+@dataclass
+class ReportSection:
+    """One section of report.md: its heading (without the ##), its Markdown, and the figures
+    (file names beside report.md) it shows."""
+
+    heading: str
+    body: str
+    figures: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -92,6 +153,8 @@ class ReportData:
     dirs: list[str]
     runs: int
     baseline: str | None
+    study: StudyFacts | None = None
+    lead: str = ""  # the line under report.md's title: the runs counted
     power: float = POWER
     target: float = TARGET
     scores: list[TaskScores] = field(default_factory=list)
@@ -100,7 +163,14 @@ class ReportData:
     last_quarter: list[PairedResult] = field(default_factory=list)
     last_quarter_over_tasks: list[OverTasks] = field(default_factory=list)
     aggregates: list[AggregateResult] = field(default_factory=list)
+    flatness: list[FlatnessResult] = field(default_factory=list)
+    corl: list[CorlResult] = field(default_factory=list)
+    sections: list[ReportSection] = field(default_factory=list)
     version: int = VERSION
+
+    def section(self, heading: str) -> ReportSection | None:
+        """The section of that heading, or None where report.md has none."""
+        return next((s for s in self.sections if s.heading == heading), None)
 
 
 def _paired(found: Paired) -> PairedResult:
@@ -131,6 +201,47 @@ def _aggregate(found: Aggregate) -> AggregateResult:
     )
 
 
+def _flatness(found: Flatness) -> FlatnessResult:
+    verdict = found.verdict
+    return FlatnessResult(
+        found.task,
+        found.config,
+        found.changes,
+        found.mean,
+        found.interval,
+        verdict == FLAT,
+        verdict,
+    )
+
+
+def _corl(found: CorlRow) -> CorlResult:
+    return CorlResult(
+        found.task,
+        found.steps,
+        found.parameters,
+        found.mean,
+        found.interval,
+        found.corl_last,
+        found.corl_best,
+        found.fraction,
+    )
+
+
+def study_facts(summaries: list[RunSummary]) -> StudyFacts:
+    """StudyFacts of the runs counted."""
+    sessions = [span for run in summaries for span in run.sessions]
+    return StudyFacts(
+        tasks=unique(sorted(run.task for run in summaries)),
+        configs=unique(sorted(run.config for run in summaries)),
+        seeds=sorted({run.seed for run in summaries}),
+        machines=sorted({machine for run in summaries for machine in run.machines}),
+        precisions=sorted({run.precision for run in summaries if run.precision}),
+        batch_sizes=sorted({run.batch_size for run in summaries if run.batch_size}),
+        steps=sum(run.step or 0 for run in summaries),
+        minutes=union_minutes(sessions) if sessions else None,
+    )
+
+
 def report_data(
     dirs: list[Path],
     rows: list[Row],
@@ -139,7 +250,7 @@ def report_data(
     aggregates: list[Aggregate],
 ) -> ReportData:
     """The report's figures, from what its sections are written from."""
-    data = ReportData([str(d) for d in dirs], len(summaries), baseline)
+    data = ReportData([str(d) for d in dirs], len(summaries), baseline, study_facts(summaries))
     tasks = [row for row in rows if row.task != "average"]
     data.scores = [
         TaskScores(row.task, row.config, list(row.seeds), list(row.per_seed), row.normalized)
@@ -157,6 +268,8 @@ def report_data(
             _over(o) for o in [paired_over_tasks(late)] if o is not None
         ]
     data.aggregates = [_aggregate(found) for found in aggregates]
+    data.flatness = [_flatness(found) for found in flatness(summaries)]
+    data.corl = [_corl(found) for found in corl_rows(rows, baseline, corl_scores())]
     return data
 
 
@@ -194,10 +307,30 @@ def read_report_data(path: Path) -> ReportData:
         intervals = {name: _pair(bounds) for name, bounds in item["intervals"].items()}
         return AggregateResult(**{**item, "intervals": intervals})
 
+    def corl(item: dict[str, Any]) -> CorlResult:
+        last, best = _pair(item["corl_last"]), _pair(item["corl_best"])
+        assert last is not None and best is not None
+        return CorlResult(
+            **{**item, "interval": _pair(item["interval"]), "corl_last": last, "corl_best": best}
+        )
+
+    def flat(item: dict[str, Any]) -> FlatnessResult:
+        interval = _pair(item["interval"])
+        assert interval is not None
+        return FlatnessResult(**{**item, "interval": interval})
+
+    if raw.get("version") != VERSION:
+        raise ReportError(
+            f"{path} was written by another version of primal-dt (report.json version "
+            f"{raw.get('version')}, this one reads {VERSION}): make it again with primal-dt report"
+        )
+    study = raw["study"]
     return ReportData(
         dirs=raw["dirs"],
         runs=raw["runs"],
         baseline=raw["baseline"],
+        study=StudyFacts(**study) if study is not None else None,
+        lead=raw["lead"],
         power=raw["power"],
         target=raw["target"],
         scores=[TaskScores(**item) for item in raw["scores"]],
@@ -206,5 +339,8 @@ def read_report_data(path: Path) -> ReportData:
         last_quarter=[paired(item) for item in raw["last_quarter"]],
         last_quarter_over_tasks=[over(item) for item in raw["last_quarter_over_tasks"]],
         aggregates=[aggregate(item) for item in raw["aggregates"]],
+        flatness=[flat(item) for item in raw["flatness"]],
+        corl=[corl(item) for item in raw["corl"]],
+        sections=[ReportSection(**item) for item in raw["sections"]],
         version=raw["version"],
     )

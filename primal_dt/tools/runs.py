@@ -63,6 +63,7 @@ class RunSummary:
     sessions: list[Span] = field(default_factory=list)  # training_log.training_sessions
     machines: list[str] = field(default_factory=list)  # config.json's: where it trained
     precision: str = ""  # train.precision as config.json resolved it
+    batch_size: int = 0  # train.batch_size
     spectra: list[np.ndarray] | None = None
     curve: EvalResult | None = None  # the latest return-conditioning curve (conditioning.py)
     notes: list[str] = field(default_factory=list)
@@ -86,6 +87,7 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
         return_conditioning=started.config.model.return_conditioning,
         machines=list(started.machines),
         precision=started.config.train.precision,
+        batch_size=started.config.train.batch_size,
     )
     records = read_results(run_dir)
     good = [r for r in records if r.error is None]
