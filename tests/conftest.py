@@ -3,9 +3,7 @@ minari.create_dataset_from_buffers into a temporary MINARI_DATASETS_PATH for the
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -149,21 +147,7 @@ def saved_figures(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, Any]]:
     return saved
 
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-
-
-def results_script() -> Any:
-    """scripts/results.py as a module (a script, not part of the package; its own imports are
-    scripts/ helpers, hence the path)."""
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec = importlib.util.spec_from_file_location("results", SCRIPTS / "results.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 
 def train_args(run_dir: Path, steps: int, *extra: str, config: str | None = None) -> list[str]:

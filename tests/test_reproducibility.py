@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import results_script, scalars, train_args
+from conftest import scalars, train_args
 
 from primal_dt.cli import main
 from primal_dt.evaluation.rollout import EvalOptions
@@ -203,10 +203,10 @@ def test_extending_a_run_equals_training_it_straight_through(straight, tmp_path)
     assert steps == [(20, False), (40, False), (50, True), (60, False), (80, False), (100, True)]
     # The report's quarters and the study's cost line count the steps trained, not config.json's
     # 50, and both sessions.
-    assert read_run(run_dir, spectra=False).steps == STEPS
-    script = results_script()
-    assert len(script.training_sessions(run_dir)) == 2
-    assert script.study_steps(tmp_path) == STEPS
+    summary = read_run(run_dir, spectra=False)
+    assert summary.steps == summary.step == STEPS
+    (first, second) = summary.sessions  # training.jsonl's two sessions, in order
+    assert first[0] < first[1] <= second[0] < second[1]
 
 
 def test_a_resumed_run_prints_the_results_its_predecessor_never_printed(

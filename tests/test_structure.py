@@ -35,6 +35,7 @@ LAYOUT_NAMES = (
     "ckpt.pt",
     "best.pt",
     "eval.jsonl",
+    "training.jsonl",
     "eval_queue",
     "train.log",
     "spectrum_windows.pt",
@@ -79,15 +80,9 @@ def layer(module: str) -> int:
     return LAYERS.index(folder) if folder in LAYERS else len(LAYERS)
 
 
-def violations(package: Path = PACKAGE) -> list[str]:
-    """Every import that goes up a layer, and every import circle."""
-    graph = imports(package)
-    found = [
-        f"{module} imports {other}, a higher layer"
-        for module, imported in graph.items()
-        for other in imported
-        if layer(other) > layer(module)
-    ]
+def circles(graph: dict[str, set[str]]) -> list[str]:
+    """Every import circle of a graph of imports, as 'import circle: a -> b -> a'."""
+    found: list[str] = []
     done: set[str] = set()
 
     def visit(module: str, path: list[str]) -> None:
@@ -105,6 +100,18 @@ def violations(package: Path = PACKAGE) -> list[str]:
     return found
 
 
+def violations(package: Path = PACKAGE) -> list[str]:
+    """Every import that goes up a layer, and every import circle."""
+    graph = imports(package)
+    found = [
+        f"{module} imports {other}, a higher layer"
+        for module, imported in graph.items()
+        for other in imported
+        if layer(other) > layer(module)
+    ]
+    return found + circles(graph)
+
+
 def test_every_module_lives_in_a_layer_folder() -> None:
     outside = [m for m in modules() if m not in TOP and m.split(".")[0] not in LAYERS]
     assert outside == [], f"modules outside the layer folders: {outside}"
@@ -114,6 +121,61 @@ def test_every_module_lives_in_a_layer_folder() -> None:
 def test_imports_go_down_the_layers_and_never_in_a_circle() -> None:
     assert violations() == []
     assert len(imports()) >= 30 and "training.trainer" in imports()  # the walk saw the package
+
+
+REPOSITORY = PACKAGE.parent
+LONGEST = 450  # lines: a module longer than this holds two ideas
+
+
+def local_imports(folder: Path) -> dict[str, set[str]]:
+    """For each module of a folder of scripts or tests (by its file's stem), the names of the
+    top-level modules it imports that are not the package's."""
+    found: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+        found[path.stem] = names - {"primal_dt"}
+    return found
+
+
+def test_scripts_and_tests_import_the_package_and_their_own_folder_never_each_other() -> None:
+    """The repository's picture holds beyond the package: scripts/ imports the package and its
+    own helpers, tests/ the package and conftest; neither imports the other (by name, or by
+    putting the other folder on sys.path), and neither folder's imports go in a circle."""
+    scripts, tests = local_imports(REPOSITORY / "scripts"), local_imports(REPOSITORY / "tests")
+    assert "results" in scripts and "conftest" in tests  # the walk saw both folders
+    crossing = [
+        f"{folder}/{name}.py imports {other}"
+        for folder, mine, theirs in (("scripts", scripts, tests), ("tests", tests, scripts))
+        for name, imported in mine.items()
+        for other in imported & set(theirs)
+    ]
+    assert crossing == []
+    for folder, graph in (("scripts", scripts), ("tests", tests)):
+        for path in (REPOSITORY / folder).glob("*.py"):
+            text = path.read_text()
+            other = "tests" if folder == "scripts" else "scripts"
+            assert (
+                f'/ "{other}"))' not in text
+                and f"sys.path.insert(0, str({other.upper()}" not in text
+            ), path
+        local = {name: imported & set(graph) for name, imported in graph.items()}
+        assert circles(local) == [], folder
+
+
+def test_no_module_of_the_package_or_the_scripts_is_longer_than_a_few_screens() -> None:
+    files = [*PACKAGE.rglob("*.py"), *(REPOSITORY / "scripts").glob("*.py")]
+    long = {
+        str(f.relative_to(REPOSITORY)): n
+        for f in files
+        if (n := len(f.read_text().splitlines())) > LONGEST
+    }
+    assert long == {}, f"over {LONGEST} lines: {long}"
+    assert len(files) > 60
 
 
 def test_an_upward_import_planted_in_any_module_is_found(tmp_path) -> None:

@@ -113,7 +113,8 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
     aux = aux_loss_name(summary.block_kinds)  # None: its kinds have no auxiliary loss
     points = read_points(run_dir.training_log)
     if not points:
-        summary.notes.append("no training.jsonl (a run made before it): no loss curve, no time")
+        name = run_dir.training_log.name
+        summary.notes.append(f"no {name} (a run made before it): no loss curve, no training time")
     summary.aux_loss = curve(points, aux) if aux else []
     summary.aux_loss_name = aux
     summary.sessions = training_sessions(points, records)

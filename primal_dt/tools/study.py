@@ -1,0 +1,207 @@
+"""A study of the results page, run as scripts/results.py runs it: record the datasets the study
+needs (study_datasets.py), `primal-dt sweep` its configs (study_configs.py) over seeds, `primal-dt
+report`, and write the section of docs/results.md from the report's report.json (results_page.py).
+
+Every step is a `primal-dt` command, run by the `Command` given (scripts/results.py's runs each as a
+user would; the tests' stand in for them), so that a study is what a user could run by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+from primal_dt.method.attention import PRIMAL_INITS
+from primal_dt.method.registry import ATTENTIONS
+from primal_dt.tools.corl import corl_scores
+from primal_dt.tools.report_data import ReportData, read_report_data
+from primal_dt.tools.results_page import (
+    first_paragraph,
+    machines,
+    over_tasks_text,
+    paper_section,
+    plural,
+    precisions,
+    section_text,
+    study_line,
+)
+from primal_dt.tools.results_summary import SECTIONS, summary
+from primal_dt.tools.study_configs import bc_config, init_config, matched_config
+from primal_dt.tools.study_datasets import dataset_folder, make_arguments, recording_stages
+
+REPOSITORY = Path(__file__).resolve().parents[2]  # a clone's (the docs are not in a wheel)
+FIGURES = REPOSITORY / "scripts" / "figures"
+RESULTS_PAGE = REPOSITORY / "docs" / "results.md"
+# The command line that made a section, for its first line, per dataset quality.
+COMMAND = "python scripts/results.py"
+QUALITY_FLAG = {"medium-replay": " --replay", "medium-expert": " --medium-expert"}
+
+Command = Callable[..., str]  # runs `primal-dt *args` with env=..., returns its output
+WriteSection = Callable[[str, str], None]  # puts text between a docs section's markers
+
+
+@dataclass
+class Study:
+    """What scripts/results.py's options ask for."""
+
+    out: Path  # where datasets, runs and reports go
+    tasks: list[str]
+    quality: str = "medium"  # the datasets' quality: study_datasets.QUALITIES
+    seeds: str = "0,1,2,3,4"
+    steps: int | None = None  # training steps per run (None: the config's)
+    dataset_steps: int = 1_000_000  # steps recorded per medium or expert dataset
+    attentions: str = "softmax,primal"  # the kinds in the matched config's last block, or "all"
+    bc: bool = True  # also matched-bc
+    episodes: int | None = None  # final episodes per target (None: the config's)
+    parallel: int = 2  # runs (and recordings) at once
+    device: str = "cpu"
+    paper: bool = False  # the papers' own configs at their budget
+    compare_init: bool = False  # matched-primal with each initialisation
+    section: str | None = None  # the docs section (None: the study's own)
+    write_docs: bool = False
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "MINARI_DATASETS_PATH": str(self.out / "minari")}
+
+    @property
+    def seed_count(self) -> int:
+        return len(self.seeds.split(","))
+
+
+def record(study: Study, run: Command) -> None:
+    """The datasets of the study's tasks that are recorded here and missing from its Minari root,
+    recorded there with measured reference scores (recording_stages' order), study.parallel at
+    once, each on one thread (the same bits however many run beside it)."""
+    root = study.out / "minari"
+    one_thread = {**study.env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    for stage in recording_stages(study.tasks):
+        missing = []
+        for task in stage:
+            arguments = make_arguments(task, root, study.dataset_steps)
+            if arguments is not None and not dataset_folder(root, task).exists():
+                print(f"recording {task}", flush=True)
+                missing.append(arguments)
+        with ThreadPoolExecutor(max(1, study.parallel)) as pool:
+            list(pool.map(lambda a: run("datasets", "make", *a, env=one_thread), missing))
+
+
+def comparison(study: Study) -> tuple[str, str, str]:
+    """(configs for the sweep, the docs section, what is compared)."""
+    out = study.out
+    if study.compare_init:
+        inits = ",".join(str(init_config(out, init)) for init in PRIMAL_INITS)
+        return inits, "results-init", "matched-primal with each initialisation"
+    if study.paper:
+        return "dt,primal-dt", "results-paper", "the papers' DT and Primal.+DT configs"
+    kinds = list(ATTENTIONS) if study.attentions == "all" else study.attentions.split(",")
+    configs = ",".join(str(matched_config(out, kind)) for kind in kinds)
+    if study.bc:
+        configs += f",{bc_config(out)}"
+    qualities = {task.partition("-")[2] for task in study.tasks}
+    quality = qualities.pop() if len(qualities) == 1 else "medium"
+    section = "results-attentions" if len(kinds) > 2 else SECTIONS.get(quality, "results")
+    compared = f"the matched config with {', '.join(kinds)} in its last block"
+    return configs, section, compared + (", and matched-bc" if study.bc else "")
+
+
+def figure_link(path: Path) -> str:
+    """A figure as the docs link it (from docs/), or its own path where it is not in the clone."""
+    return f"../{path.relative_to(REPOSITORY)}" if path.is_relative_to(REPOSITORY) else str(path)
+
+
+def _linker(reported: Path, section: str, copy: bool) -> Callable[[str], str]:
+    """The page's link to a figure of the report: with copy (--write-docs), to its copy in
+    scripts/figures/<section>_<name>, made here; else to the report's own file."""
+
+    def link(name: str) -> str:
+        if not copy:
+            return figure_link(reported / name)
+        target = FIGURES / f"{section}_{name}"
+        shutil.copy(reported / name, target)
+        return figure_link(target)
+
+    return link
+
+
+def run_study(study: Study, run: Command, write: WriteSection | None = None) -> str:
+    """Sweep the study's configs over its tasks and seeds, report, and return its section of the
+    results page; with write (--write-docs), also write that section, the page's first paragraph
+    (for the matched medium study), the paper's table and the README's summary."""
+    configs, section, compared = comparison(study)
+    section = study.section or section
+    settings = [f"eval.final_episodes={study.episodes}"] if study.episodes is not None else []
+    steps = ["--steps", str(study.steps)] if study.steps else []
+    # Each section's runs and report apart: the report covers every run below its folder.
+    runs, reported = study.out / f"{section}-runs", study.out / f"{section}-report"
+    run(
+        *("sweep", "--tasks", ",".join(study.tasks), "--seeds", study.seeds),
+        *("--configs", configs, "--runs-dir", str(runs), *steps, "--device", study.device),
+        *("--parallel", str(study.parallel), "--offline"),
+        *[a for s in settings for a in ("--set", s)],
+        env=study.env,
+    )
+    run("report", str(runs), "--out", str(reported), env=study.env)
+    data = read_report_data(reported / "report.json")
+    assert data.study is not None, "a report of runs knows what they were"
+    link = _linker(reported, section, study.write_docs)
+    head = study_line(COMMAND, section, data.study, compared, study.seed_count)
+    text = f"{head}\n\n{section_text(data, link)}"
+    if write is not None:
+        write(section, text)
+        if section == "results":  # the matched study on the medium datasets: the page's first
+            write("results-first", first_paragraph(data, corl_scores()))
+        _write_page_wide(write)
+    return text
+
+
+def combine(study: Study, run: Command, write: WriteSection | None = None) -> str:
+    """The quality's section (or study.section) from the runs of its tasks' sections made apart
+    (<section>-<env>-runs, one per task), reported together: what they say over the tasks (the
+    paired differences over tasks, at the final evaluation and over the last quarter, and the
+    aggregates), which no one task's section can say. Trains nothing: a study made a task at a
+    time, as the 2 cores allow, is read whole without training it again."""
+    section = study.section or SECTIONS[study.quality]
+    parts = {task: study.out / f"{section}-{task.partition('-')[0]}-runs" for task in study.tasks}
+    missing = [f"{task} in {runs}" for task, runs in parts.items() if not runs.is_dir()]
+    if missing:
+        raise SystemExit(
+            f"results.py --combine: no runs of {'; '.join(missing)}; make each task's first: "
+            f"python scripts/results.py --tasks TASK --section {section}-ENV (with the same "
+            f"dataset flag and --out)"
+        )
+    reported = study.out / f"{section}-report"
+    run("report", *map(str, parts.values()), "--out", str(reported), env=study.env)
+    data = read_report_data(reported / "report.json")
+    text, _ = over_tasks_text(data, _linker(reported, section, study.write_docs))
+    text = f"{_combined_line(study, section, data)}\n\n{text}"
+    if write is not None:
+        write(section, text)
+        _write_page_wide(write)
+    return text
+
+
+def _combined_line(study: Study, section: str, data: ReportData) -> str:
+    assert data.study is not None, "a report of runs knows what they were"
+    facts, tasks = data.study, study.tasks
+    names = ", ".join(f"{section}-{task.partition('-')[0]}" for task in tasks)
+    return (
+        f"Made by `{COMMAND}{QUALITY_FLAG.get(study.quality, '')} --combine` ({section}) on "
+        f"{date.today()}, from the runs of the sections made apart below ({names}), read together; "
+        f"on {machines(facts)}, trained in {precisions(facts)}: {plural(len(tasks), 'task')} "
+        f"({', '.join(tasks)}) x {', '.join(facts.configs)} x {len(facts.seeds)} seeds. Here, "
+        f"what they say over the tasks; each task's scores, comparisons, curves and spectra are "
+        f"in its own section."
+    )
+
+
+def _write_page_wide(write: WriteSection) -> None:
+    """What every study refreshes: the paper's table, once on the page, and the README's summary
+    of the page as it now stands."""
+    write("paper-table", paper_section())
+    write("results-summary", summary(RESULTS_PAGE.read_text()))
