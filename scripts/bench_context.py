@@ -42,7 +42,7 @@ def measure(k: int, batch: int, steps: int, rounds: int, device: str, tiny: bool
         *size,
         f"model.context_len={k}",
         f"train.batch_size={batch}",
-        "model.primal_rank=32",
+        "model.attention_settings.primal.rank=32",
     ]
     point = {
         "config": "dt",
@@ -57,7 +57,7 @@ def measure(k: int, batch: int, steps: int, rounds: int, device: str, tiny: bool
         },
     }
     memory = {
-        model_name(name, precision): {"primal_blocks": kind, "precision": precision}
+        model_name(name, precision): {"blocks": kind, "precision": precision}
         for name, kind in MODELS.items()
     }
     return measure_side_by_side(BENCH_TRAIN, point, memory)

@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--ckpt", help="a HalfCheetah checkpoint or run directory")
     parser.add_argument(
         "--configs",
-        default="primal-dt+model.embed_dim=64+model.primal_rank=16,dt,primal-dt",
+        default="primal-dt+model.embed_dim=64+model.attention_settings.primal.rank=16,dt,primal-dt",
         help="model sizes without --ckpt: config names, each with +key=value overrides",
     )
     parser.add_argument("--episodes", type=int, default=100)

@@ -48,7 +48,7 @@ MODELS = {  # label -> (task, config, steps, overrides)
         "hopper-bundled",
         "primal-dt",
         1000,
-        ["model.embed_dim=64", "model.primal_rank=16", "train.warmup_steps=100"],
+        ["model.embed_dim=64", "model.attention_settings.primal.rank=16", "train.warmup_steps=100"],
     ),
     "DT size (configs/dt.toml, hopper-medium recorded here)": (
         "hopper-medium",

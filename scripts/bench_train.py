@@ -71,7 +71,7 @@ TINY_SIZES = {
             "model.embed_dim=32",
             "model.n_layer=3",
             "model.n_head=2",
-            "model.primal_rank=8",
+            "model.attention_settings.primal.rank=8",
             "train.batch_size=8",
         ),
     ),
@@ -98,7 +98,7 @@ def synthetic_data(episodes: int = 20, length: int = 1000) -> TaskData:
     )
 
 
-MODELS = {"DT": "none", "Primal-DT": "last"}  # name -> model.primal_blocks
+MODELS = {"DT": "none", "Primal-DT": "last"}  # name -> its blocks (block_kinds)
 EVERY_TOKEN = ", every token"  # suffix of a model's name: computed without the cut
 PRECISIONS = {"cpu": ("fp32", "bf16"), "cuda": ("bf16",)}  # timed per device type
 DEFAULT_PRECISION = "bf16"  # what "auto" resolves to on the CPUs this runs on, and on CUDA
@@ -108,31 +108,42 @@ def model_name(name: str, precision: str, every_token: bool = False) -> str:
     return f"{name} {precision}" + (EVERY_TOKEN if every_token else "")
 
 
-def block_overrides(blocks: str, n_layer: int = 3) -> list[str]:
-    """A model's attention as overrides: which blocks are Primal, softmax elsewhere (none, last,
+def block_kinds(blocks: str, n_layer: int = 3) -> list[str]:
+    """A model's attention per block: which blocks are Primal, softmax elsewhere (none, last,
     all), or the name of an attention kind for every block (method/registry.py). Every size
     timed here has n_layer blocks."""
-    kinds: str | list[str] = {"none": "softmax", "all": "primal"}.get(blocks, blocks)
     if blocks == "last":
-        kinds = ["softmax"] * (n_layer - 1) + ["primal"]
-    return [f"model.attention={json.dumps(kinds)}"]
+        return ["softmax"] * (n_layer - 1) + ["primal"]
+    return [{"none": "softmax", "all": "primal"}.get(blocks, blocks)] * n_layer
+
+
+def block_overrides(blocks: str, overrides: list[str]) -> list[str]:
+    """The model's attention as an override, and of the given overrides those that apply to it: a
+    kind's settings (model.attention_settings.<kind>.*) only where a block has that kind (the
+    loader refuses settings no block uses)."""
+    kinds = block_kinds(blocks)
+    applying = [
+        o
+        for o in overrides
+        if not o.startswith("model.attention_settings.") or o.split(".")[2] in kinds
+    ]
+    return [f"model.attention={json.dumps(kinds)}", *applying]
 
 
 def make_trainer(
     point: dict[str, Any],
-    primal_blocks: str,
+    blocks: str,
     run_dir: Path,
     every_token: bool = False,
     precision: str = DEFAULT_PRECISION,
 ) -> Trainer:
     overrides = [
-        *block_overrides(primal_blocks),
         f"train.precision={json.dumps(precision)}",
         f"train.device={json.dumps(point['device'])}",
         f"train.compile={'true' if point['compile'] else 'false'}",
         f"train.compile_mode={json.dumps(point['compile'] or 'default')}",
+        *block_overrides(blocks, point.get("overrides", [])),
     ]
-    overrides += point.get("overrides", [])
     config = load_config(named_config_path(point["config"]), overrides, task="halfcheetah-medium")
     trainer = assemble(config, synthetic_data(), run_dir)
     if every_token:  # the reference the cut is measured against
@@ -276,7 +287,7 @@ def measure_memory(point: dict[str, Any]) -> dict[str, Any]:
     resident model, optimizer and data."""
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = make_trainer(
-            point, point["primal_blocks"], Path(run_dir), False, point["precision"]
+            point, point["blocks"], Path(run_dir), False, point["precision"]
         )
         baseline = reset_peak_memory(trainer.device)
         run_steps(trainer, point["warmup"])
@@ -367,7 +378,7 @@ def main() -> None:
                 __file__,
                 {**point, "steps": steps, "rounds": args.rounds, "models": models},
                 {
-                    name: {"primal_blocks": blocks, "precision": p}
+                    name: {"blocks": blocks, "precision": p}
                     for name, (blocks, every, p) in models.items()
                     if not every
                 },

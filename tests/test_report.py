@@ -503,6 +503,8 @@ def test_aggregates_with_enough_seeds_and_the_same_numbers_twice(
     shown = data.section("Aggregates over tasks")
     assert shown is not None and shown.figures == ["aggregates.png", "performance_profile.png"]
     assert data.section("Comparisons per task") is not None and data.section("nothing") is None
+    over_section = data.section("Paired differences over tasks")  # written by the same builder
+    assert over_section is not None and "primal-dt − dt over 2 tasks" in over_section.body
     assert data.study is not None and data.study.seeds == [0, 1, 2, 3, 4]
     assert data.study.configs == ["dt", "linear-dt", "primal-dt"]
     assert data.study.tasks == ["hopper-medium", "walker2d-medium"]

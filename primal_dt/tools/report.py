@@ -139,12 +139,15 @@ def _notes(counted: list[RunSummary], rows: list[Row], same: Sequence[SameData])
     return notes
 
 
-def _section(text: str, pictures: list[str]) -> ReportSection:
-    """A section as its builder wrote it ("## heading", a blank line, its body), with the
-    figures its body shows."""
+def _sections(text: str, pictures: list[str]) -> list[ReportSection]:
+    """A builder's text ("## heading", a blank line, its body; some builders write two sections)
+    as its sections, each with the figures its body shows."""
     assert text.startswith("## "), "every section of report.md starts with its heading"
-    heading, _, body = text.removeprefix("## ").partition("\n\n")
-    return ReportSection(heading, body, [name for name in pictures if f"]({name})" in body])
+    found = []
+    for part in text.removeprefix("## ").split("\n\n## "):
+        heading, _, body = part.partition("\n\n")
+        found.append(ReportSection(heading, body, [n for n in pictures if f"]({n})" in body]))
+    return found
 
 
 def write_report(
@@ -207,7 +210,7 @@ def write_report(
         "## Notes\n\n" + ("\n".join(_notes(counted_once, rows, same)) or "none"),
     ]
     pictures = [path.name for path in written if path.suffix == ".png"]
-    sections = [_section(part, pictures) for part in parts if part]  # nothing to say: none
+    sections = [s for part in parts if part for s in _sections(part, pictures)]  # none: none
     title = f"# primal-dt report: {', '.join(map(str, dirs))}"
     text = "\n\n".join([title, lead, *(f"## {s.heading}\n\n{s.body}" for s in sections)])
     (out / "report.md").write_text(text + "\n")
