@@ -286,9 +286,7 @@ def measure_memory(point: dict[str, Any]) -> dict[str, Any]:
     """Peak resident size of one model's training steps in a process of its own (CPU), above the
     resident model, optimizer and data."""
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = make_trainer(
-            point, point["blocks"], Path(run_dir), False, point["precision"]
-        )
+        trainer = make_trainer(point, point["blocks"], Path(run_dir), False, point["precision"])
         baseline = reset_peak_memory(trainer.device)
         run_steps(trainer, point["warmup"])
         return {"bytes": peak_memory(trainer.device, baseline)}
