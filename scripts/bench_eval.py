@@ -67,7 +67,7 @@ def size_label(spec: str) -> str:
     """'dt' -> 'embed 128, 1 head, softmax (dt)'."""
     name, *overrides = spec.split("+")
     m = load_config(named_config_path(name), overrides, task="halfcheetah-medium").model
-    attention = "Primal last block" if m.primal_indices() else "softmax"
+    attention = "Primal last block" if m.blocks_of("primal") else "softmax"
     heads = f"{m.n_head} head" + ("s" if m.n_head > 1 else "")
     return f"embed {m.embed_dim}, {heads}, {attention} ({name})"
 

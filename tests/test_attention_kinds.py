@@ -80,7 +80,7 @@ def test_kinds_per_block_and_their_errors() -> None:
     config = ModelConfig(n_layer=3, attention=["linear", "primal", "flowformer"])
     config.validate()
     assert config.block_kinds() == ["linear", "primal", "flowformer"]
-    assert config.primal_indices() == [1]
+    assert config.blocks_of("primal") == [1]
     legacy = load_config(None, ['model.attention="cosformer"', 'model.primal_blocks="last"'])
     assert legacy.model.block_kinds() == ["cosformer", "cosformer", "primal"]  # the older form
     assert ModelConfig(n_layer=2).block_kinds() == ["softmax", "softmax"]  # as before kinds

@@ -20,7 +20,13 @@ from primal_dt.method.registry import ATTENTIONS
 from primal_dt.store.results import EvalResult
 from primal_dt.store.runconfig import RunConfig, write_run_config
 from primal_dt.store.rundir import RunDir
-from primal_dt.store.training_log import LogPoint, training_sessions, union_minutes
+from primal_dt.store.training_log import (
+    LogPoint,
+    current,
+    curve,
+    training_sessions,
+    union_minutes,
+)
 from primal_dt.tools.corl import corl_scores
 from primal_dt.tools.report_data import (
     CorlResult,
@@ -347,7 +353,7 @@ def test_study_minutes_count_every_session_overlaps_once_and_no_idle_time() -> N
     t0 = 1_000_000_000.0
 
     def points(session: float, *times: float) -> list[LogPoint]:
-        return [LogPoint(i, t0 + session, t0 + time, {}) for i, time in enumerate(times)]
+        return [LogPoint(i, t0 + session, 0, t0 + time, {}) for i, time in enumerate(times)]
 
     def finished(at: float) -> EvalResult:
         return EvalResult(1, "ckpt.pt", finished_at=t0 + at)
@@ -361,6 +367,19 @@ def test_study_minutes_count_every_session_overlaps_once_and_no_idle_time() -> N
     b = training_sessions(points(300, 900), [])  # killed before any evaluation
     assert union_minutes([*a, *b, *extended]) == (900 + 600 + 300) / 60
     assert training_sessions([], [finished(5)]) == []
+
+
+def test_a_later_session_supersedes_the_points_after_the_step_it_began_at() -> None:
+    """A resume (or a roll-back to a kept checkpoint) trains its steps again: the curve is the run
+    as it now stands, whatever earlier sessions logged beyond the step a later one began at."""
+
+    def session(start: float, first: int, *steps: int) -> list[LogPoint]:
+        return [LogPoint(s, start, first, start + s, {"ksvd_loss": start + s}) for s in steps]
+
+    a, b, c = session(100, 0, 5, 10, 15, 20), session(200, 10, 15, 20), session(300, 5, 10)
+    assert current([*a, *b, *c]) == [a[0], c[0]]
+    assert curve([*a, *b], "ksvd_loss") == [(5, 105), (10, 110), (15, 215), (20, 220)]
+    assert curve([*a, *b], "action_loss") == []
 
 
 def test_each_quality_has_its_own_section_of_the_results_page(tmp_path: Path) -> None:

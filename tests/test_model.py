@@ -9,6 +9,7 @@ blocks, else the mean over Primal blocks of mean_B(J^2)), and the model configur
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from torch import Tensor
 
 from primal_dt.common.config import ModelConfig
 from primal_dt.common.errors import ConfigError
-from primal_dt.common.loading import load_config
+from primal_dt.common.loading import load_config, named_config_path
 from primal_dt.method.attention import PrimalAttention, SoftmaxAttention
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
@@ -217,7 +218,7 @@ def test_ksvd_loss_is_mean_over_primal_blocks_of_mean_j_squared(primal_blocks, p
         js.append(j_squared.sqrt())
 
     primal = [m for m in model.modules() if isinstance(m, PrimalAttention)]
-    assert len(primal) == len(model.config.primal_indices())
+    assert len(primal) == len(model.config.blocks_of("primal"))
     handles = [m.register_forward_hook(keep_j) for m in primal]
     try:
         _, ksvd = predict(model, make_batch(mask=left_padding_mask() if padded else None))
@@ -248,13 +249,13 @@ def test_ksvd_loss_reaches_primal_parameters() -> None:
     [("none", []), ("last", [2]), ("all", [0, 1, 2]), ([2, 0, 2], [0, 2]), ([1], [1])],
     ids=["none", "last", "all", "list-dup", "middle"],
 )
-def test_primal_indices_and_blocks(primal_blocks, expected) -> None:
+def test_older_primal_blocks_read_as_the_kinds_they_stand_for(primal_blocks, expected) -> None:
     """model.primal_blocks, the older way to say which blocks are Primal, still reads as the list
     of kinds it stands for, with the older model.primal_rank as Primal's rank."""
     base = ["model.embed_dim=32", "model.n_layer=3", "model.n_head=2", f"model.context_len={K}"]
     legacy = [f"model.primal_blocks={json.dumps(primal_blocks)}", "model.primal_rank=8"]
     config = load_config(None, [*base, *legacy]).model
-    assert config.primal_indices() == expected
+    assert config.blocks_of("primal") == expected
     assert config.block_kinds() == ["primal" if i in expected else "softmax" for i in range(3)]
     assert config.attention_settings == ({"primal": {"rank": 8}} if expected else {})
     model = DecisionTransformer(config, STATE_DIM, ACT_DIM, MAX_T)
@@ -266,11 +267,37 @@ def test_primal_indices_and_blocks(primal_blocks, expected) -> None:
             assert isinstance(block.attn, SoftmaxAttention), i
 
 
-def test_primal_indices_last_follows_n_layer() -> None:
+def test_older_primal_blocks_last_follows_n_layer() -> None:
     last = load_config(None, ['model.primal_blocks="last"', "model.n_layer=5"]).model
-    assert last.primal_indices() == [4]
+    assert last.blocks_of("primal") == [4]
     every = load_config(None, ["model.n_layer=1", 'model.primal_blocks="all"']).model
-    assert every.primal_indices() == [0]
+    assert every.blocks_of("primal") == [0]
+
+
+def test_a_kinds_settings_per_task_apply_where_a_block_has_it_and_no_set_gives_them(
+    tmp_path,
+) -> None:
+    """configs/primal-dt.toml's per-dataset rank: the task's where a block is Primal, the file's
+    rank for a task it does not list, none for a model without a Primal block, and --set's (by the
+    key, its table or the older key) over the task's. An older config's [primal_rank_by_task]
+    reads as the same table."""
+
+    def rank(task: str | None, *overrides: str, path: Path | None = None) -> int | None:
+        config = load_config(path or named_config_path("primal-dt"), list(overrides), task=task)
+        return config.model.attention_settings.get("primal", {}).get("rank")
+
+    assert rank("hopper-medium") == 96 and rank("halfcheetah-medium-replay") == 32
+    assert rank("hopper-bundled") == rank(None) == 64  # not listed: the file's
+    assert rank("hopper-medium", 'model.attention="softmax"') is None
+    assert rank("hopper-medium", "model.attention_settings.primal.rank=8") == 8
+    assert rank("hopper-medium", "model.attention_settings.primal={rank=8}") == 8
+    assert rank("hopper-medium", "model.primal_rank=8") == 8
+    assert rank("hopper-medium", 'model.attention_settings.primal.init="per-head"') == 96
+    older = tmp_path / "older.toml"
+    older.write_text('[model]\nattention = "primal"\n\n[primal_rank_by_task]\nhopper-medium = 24\n')
+    assert rank("hopper-medium", path=older) == 24 and rank("walker2d-medium", path=older) is None
+    config = load_config(older, task="hopper-medium")
+    assert config.attention_settings_by_task == {"primal": {"rank": {"hopper-medium": 24}}}
 
 
 @pytest.mark.parametrize(

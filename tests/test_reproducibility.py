@@ -176,6 +176,10 @@ def test_a_run_stopped_and_resumed_many_times_ends_bit_identical(straight, tmp_p
     a, b = read_run(straight, spectra=False), read_run(run_dir, spectra=False)
     assert a.aux_loss == b.aux_loss and [s for s, _ in b.aux_loss] == list(range(5, STEPS + 1, 5))
     assert a.scores == b.scores and [s for s, _ in b.scores] == [20, 40, 60, 80, 100]
+    # The task's charts too (copied from training.jsonl, which keeps every session's lines).
+    logged = scalars(run_dir)
+    (copy,) = [tag for tag in logged if tag.startswith("by_task/") and tag.endswith("ksvd_loss")]
+    assert logged[copy] == logged["train/ksvd_loss"]
     # Nothing left behind: no temporary file, no lock, no queued snapshot.
     leftovers = [p.name for p in run_dir.rglob(".*") if p.suffix in (".tmp", ".lock")]
     assert leftovers == [] and list((run_dir / "eval_queue").glob("*")) == []

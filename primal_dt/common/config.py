@@ -72,9 +72,9 @@ class ModelConfig:
             return list(self.attention)
         return [self.attention] * self.n_layer
 
-    def primal_indices(self) -> list[int]:
-        """Indices of the transformer blocks whose attention is Primal-Attention."""
-        return [i for i, kind in enumerate(self.block_kinds()) if kind == "primal"]
+    def blocks_of(self, kind: str) -> list[int]:
+        """Indices of the transformer blocks whose attention is `kind`."""
+        return [i for i, found in enumerate(self.block_kinds()) if found == kind]
 
     def settings_of(self, kind: str) -> dict[str, Any]:
         """The settings given for a kind (its table; empty: all its defaults)."""
@@ -200,9 +200,11 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)  #: the [train] section
     eval: EvalConfig = field(default_factory=EvalConfig)  #: the [eval] section
     data: DataConfig = field(default_factory=DataConfig)  #: the [data] section
-    #: The Primal paper tunes the rank per dataset: a task listed here gets this Primal rank
-    #: (model.attention_settings.primal.rank) where a block is Primal, unless --set gives one.
-    primal_rank_by_task: dict[str, int] = field(default_factory=dict)
+    #: A kind's settings per task, ``[attention_settings_by_task.<kind>.<setting>]`` with a value
+    #: per task: a task listed gets that setting (model.attention_settings.<kind>.<setting>) where
+    #: a block has the kind, unless --set gives it. The Primal paper tunes its rank per dataset
+    #: (``[attention_settings_by_task.primal.rank]``, configs/primal-dt.toml).
+    attention_settings_by_task: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def validate(self) -> Config:
         for name in ("model", "train", "eval", "data"):

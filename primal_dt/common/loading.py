@@ -17,10 +17,12 @@ from typing import Any
 from primal_dt.common.config import Config, ModelConfig
 from primal_dt.common.errors import ConfigError, did_you_mean
 from primal_dt.common.migrate import (
+    LEGACY_SETTINGS,
     RENAMED_KEYS,
     fold_older,
     forget_older,
     is_older,
+    reshaped,
     stash_older,
 )
 from primal_dt.common.resources import resource_dir
@@ -67,6 +69,8 @@ def _type_name(hint: Any) -> str:
 def _apply(target: Any, values: dict[str, Any], prefix: str) -> None:
     hints = typing.get_type_hints(type(target))
     for name, value in values.items():
+        if not prefix:
+            name, value = reshaped(name, value)
         key = RENAMED_KEYS.get(f"{prefix}{name}", f"{prefix}{name}")
         name = key.rsplit(".", 1)[-1]
         if isinstance(target, ModelConfig) and is_older(name):
@@ -178,17 +182,13 @@ def nest(key: str, value: Any) -> dict[str, Any]:
     return result
 
 
-# The --set keys that give the Primal rank, which then wins over primal_rank_by_task.
-RANK_KEYS = ("model.attention_settings.primal.rank", "model.primal_rank")
-
-
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     task: str | None = None,
 ) -> Config:
-    """Defaults, then the TOML file, then each --set override; then the task's Primal rank from
-    primal_rank_by_task, where a block is Primal and no override gave the rank."""
+    """Defaults, then the TOML file, then each --set override; then the task's settings from
+    attention_settings_by_task, for the kinds a block has, where no override gave them."""
     config = Config()
     if path is not None:
         path = Path(path)
@@ -205,11 +205,31 @@ def load_config(
     config.validate()
     if any(key == "model.attention" for key, _ in parsed):
         _drop_replaced_settings(config.model, from_file, [key for key, _ in parsed])
-    rank_given = any(key.startswith(RANK_KEYS) for key, _ in parsed)
-    if task in config.primal_rank_by_task and config.model.primal_indices() and not rank_given:
-        primal = config.model.attention_settings.setdefault("primal", {})
-        primal["rank"] = config.primal_rank_by_task[task]
+    if task is not None:
+        _task_settings(config, task, [key for key, _ in parsed])
     return config
+
+
+def _given(kind: str, setting: str, keys: list[str]) -> bool:
+    """Whether --set gave a kind's setting: by its key, its table's, or its older key."""
+    own = f"model.attention_settings.{kind}.{setting}"
+    older = [f"model.{name}" for name, found in LEGACY_SETTINGS.items() if found == (kind, setting)]
+    tables = [key for key in keys if key.startswith("model.attention_settings")]
+    return any(own == key or own.startswith(f"{key}.") for key in tables) or bool(
+        set(older) & set(keys)
+    )
+
+
+def _task_settings(config: Config, task: str, keys: list[str]) -> None:
+    """attention_settings_by_task's values for task, for the kinds a block has, where --set gave
+    none of them."""
+    for kind, settings in config.attention_settings_by_task.items():
+        if not config.model.blocks_of(kind):
+            continue
+        for setting, by_task in settings.items():
+            if task in by_task and not _given(kind, setting, keys):
+                table = config.model.attention_settings.setdefault(kind, {})
+                table[setting] = by_task[task]
 
 
 def _drop_replaced_settings(model: ModelConfig, from_file: set[str], keys: list[str]) -> None:

@@ -2,6 +2,7 @@
 core (config.py) knows today's keys alone.
 
 - Renamed keys (RENAMED_KEYS): read as their new names (train.ksvd_weight is train.aux_weight).
+- [primal_rank_by_task]: read as [attention_settings_by_task.primal.rank] (reshaped).
 - [model] keys from before each kind owned its settings (LEGACY_SETTINGS: model.primal_rank and
   the like) and model.primal_blocks (the older form of model.attention's list): kept aside while
   the file and the overrides are applied (stash_older), and folded in once they all are
@@ -33,6 +34,14 @@ LEGACY_SETTINGS = {
     "reformer_chunk": ("reformer", "chunk"),
     "reformer_hashes": ("reformer", "hashes"),
 }
+
+
+def reshaped(key: str, value: Any) -> tuple[str, Any]:
+    """An older top-level table as today's: [primal_rank_by_task] (task -> rank) is
+    [attention_settings_by_task.primal.rank]; any other key as it is."""
+    if key == "primal_rank_by_task":
+        return "attention_settings_by_task", {"primal": {"rank": value}}
+    return key, value
 
 
 def is_older(name: str) -> bool:

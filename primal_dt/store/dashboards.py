@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from primal_dt.common.config import Config
 from primal_dt.store.results import EvalResult, read_results
 from primal_dt.store.rundir import EVAL_EVENTS_SUFFIX, RunDir
-from primal_dt.store.training_log import read_points
+from primal_dt.store.training_log import current, read_points
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -104,7 +104,7 @@ def copy_run(run_dir: Path, task: str) -> int:
                 series.setdefault(tag, []).append(
                     (record.step, s.normalized_mean, record.finished_at)
                 )
-    for point in read_points(run.training_log):
+    for point in current(read_points(run.training_log)):  # as the run now stands
         for name, value in point.scalars.items():
             if COPIED_TAGS.fullmatch(f"train/{name}"):
                 series.setdefault(f"train/{name}", []).append((point.step, value, point.time))

@@ -5,8 +5,9 @@ Each point holds the means since the last log of what TensorBoard shows under tr
 loss, the kind's auxiliary loss by its name, the weighted loss, the learning rate, steps per
 second) and when: the start of its session (one `train` command: the first, or a --resume) and its
 own time. The report reads the auxiliary-loss curve and the time a study trained from here, never
-from TensorBoard's files. Lines are only appended: a resumed session logs its steps again after
-the interrupted one's lines (time that was spent), and the curve keeps each step's latest line.
+from TensorBoard's files. Lines are only appended: a resumed session (or one rolled back to a kept
+checkpoint) logs its steps again after the lines of the session it continues, which stay as time
+that was spent; the curve drops every line a later session's start supersedes (curve()).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class LogPoint:
 
     step: int
     session: float  # when the session that logged it began (seconds since the epoch)
+    first: int  # the step that session began at (0, or the checkpoint it resumed)
     time: float  # when it was logged
     scalars: dict[str, float]
 
@@ -48,19 +50,32 @@ def read_points(path: Path) -> list[LogPoint]:
         try:
             raw = json.loads(line)
             scalars = {str(name): float(value) for name, value in raw["scalars"].items()}
-            points.append(
-                LogPoint(int(raw["step"]), float(raw["session"]), float(raw["time"]), scalars)
-            )
+            step, session, first = int(raw["step"]), float(raw["session"]), int(raw["first"])
+            points.append(LogPoint(step, session, first, float(raw["time"]), scalars))
         except (ValueError, TypeError, KeyError, AttributeError):
             continue
     return points
 
 
+def current(points: list[LogPoint]) -> list[LogPoint]:
+    """The points of the run as it now stands: a point is superseded where a later session began
+    at an earlier step (it trained that step again, or will), in step order."""
+    began = {point.session: point.first for point in points}
+    return sorted(
+        (
+            point
+            for point in points
+            if not any(
+                start > point.session and first < point.step for start, first in began.items()
+            )
+        ),
+        key=lambda point: point.step,
+    )
+
+
 def curve(points: list[LogPoint], name: str) -> list[tuple[int, float]]:
-    """The scalar `name` by step, each step's latest point (a resumed session's, where two logged
-    it), in step order."""
-    latest = {point.step: point.scalars[name] for point in points if name in point.scalars}
-    return sorted(latest.items())
+    """The scalar `name` by step, from the current points (current()), in step order."""
+    return [(point.step, point.scalars[name]) for point in current(points) if name in point.scalars]
 
 
 def training_sessions(points: list[LogPoint], results: list[EvalResult]) -> list[Span]:

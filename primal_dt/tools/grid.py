@@ -111,7 +111,7 @@ def _difference(saved: Config, wanted: Config) -> str | None:
     """The first setting (outside MECHANICS) where a saved run's config differs from the sweep's."""
     old_values, new_values = saved.to_dict(), wanted.to_dict()
     for section, values in new_values.items():
-        if not isinstance(values, dict) or section == "primal_rank_by_task":
+        if not isinstance(values, dict) or section == "attention_settings_by_task":
             if old_values[section] != values:
                 return f"{section} = {old_values[section]!r} (the sweep asks for {values!r})"
             continue

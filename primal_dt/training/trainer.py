@@ -116,6 +116,7 @@ class Trainer:
         self.say: Callable[[str], None] = partial(print, file=sys.stderr)  # begin() sets it
         self.tick = time.perf_counter()  # when the last log was (begin() sets it)
         self.session_start = time.time()  # when this session began (begin() sets it)
+        self.session_first = self.step  # the step it began at (begin() sets it)
 
     def hold(self) -> None:
         """Take the run directory's locks (see RunLock): a second writer is refused, and then
@@ -382,7 +383,7 @@ class Trainer:
     def _open_writer(self, stack: ExitStack) -> SummaryWriter:
         """TensorBoard (dashboards.training_writer); the stack closes it however the loop ends.
         Also the session's start, which the training log records."""
-        self.session_start = round(time.time(), 3)
+        self.session_start, self.session_first = round(time.time(), 3), self.step
         writer = training_writer(
             self.run_dir.path, self.step, self.data.task.name, self.config, self.model.aux_loss_name
         )
@@ -404,7 +405,8 @@ class Trainer:
             "steps_per_sec": self.pending_count / (now - tick),
         }
         log_training(writer, self.step, scalars)
-        point = LogPoint(self.step, self.session_start, round(time.time(), 3), scalars)
+        now_wall = round(time.time(), 3)
+        point = LogPoint(self.step, self.session_start, self.session_first, now_wall, scalars)
         append_point(self.run_dir, point)
         postfix: dict[str, str] = {"action": f"{means['action_loss']:.4f}"}
         postfix[aux_name.removesuffix("_loss")] = f"{means[aux_name]:.3g}"  # ksvd=...
