@@ -28,6 +28,7 @@ from primal_dt.store.training_log import (
     union_minutes,
 )
 from primal_dt.tools.corl import corl_scores
+from primal_dt.tools.flatness import FLAT, NOT_KNOWN
 from primal_dt.tools.report_data import (
     CorlResult,
     FlatnessResult,
@@ -558,18 +559,38 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
         return CorlResult(task, [6000], [215000], mean, None, last, best, mean / last[0])
 
     def paired(config: str, task: str, detectable: float) -> PairedResult:
+        differences = [1.0, 1.0]
         return PairedResult(
-            task, config, "matched-softmax", [0, 1], [1.0, 1.0], 1.0, None, detectable, 3
+            task,
+            config,
+            "matched-softmax",
+            [0, 1],
+            differences,
+            1.0,
+            None,
+            0.5,
+            0.5,
+            detectable,
+            9.0,
+            3,
         )
 
     def curve(config: str, low: float, high: float) -> FlatnessResult:
-        flat = low <= 0 <= high
-        return FlatnessResult(
-            "t", config, [], 0.0, (low, high), flat, "flat" if flat else "still rising"
-        )
+        flat = low > -2 and high < 2
+        verdict = FLAT if flat else "still rising" if low > 0 else NOT_KNOWN
+        return FlatnessResult("t", config, [], 0.0, (low, high), (low, high), flat, verdict)
 
     over = OverTasks(
-        "matched-primal", "matched-softmax", ["a", "b", "c"], 5, 0.4, (-1.0, 1.8), 0.9, 4.1, 19
+        "matched-primal",
+        "matched-softmax",
+        ["a", "b", "c"],
+        5,
+        0.4,
+        (-1.0, 1.8),
+        0.4,
+        4.1,
+        11.8,
+        19,
     )
     data = ReportData(["runs"], 30, "matched-softmax", dataclasses.replace(FACTS, batch_sizes=[64]))
     data.corl = [side("halfcheetah-medium", 37.98), side("hopper-medium", 50.1)]
@@ -579,7 +600,7 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
         paired("matched-primal", "b", 17.0),
     ]
     data.over_tasks = [over]
-    data.flatness = [curve("a", -1.3, 2.3), curve("c", -12.1, 20.7), curve("b", 3.6, 21.0)]
+    data.flatness = [curve("a", -1.3, 1.7), curve("c", -12.1, 20.7), curve("b", 3.6, 21.0)]
     text = first_paragraph(data, corl)
     assert "Each run trains 6,000 steps of a model of 215,000 parameters" in text
     assert (
@@ -591,13 +612,15 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
     assert "halfcheetah-medium 0.90, hopper-medium 0.77." in text  # 37.98 / 42.2, 50.1 / 65.1
     assert (
         "Over the tasks, matched-primal − matched-softmax over 3 tasks (5 paired seeds each): "
-        "+0.4 [-1.0, +1.8] (stratified bootstrap, nominal 95%, 90% in simulation at this shape): "
-        "no difference detected; the study could detect 4.1 points over the tasks" in text
+        "+0.4 [-1.0, +1.8] (Student's t on each seed's mean over the tasks, p = 0.400): no "
+        "difference detected; the study could detect 4.1 points over the tasks at 80% power (up "
+        "to 11.8 were the spread at the top of its 95% interval); 5 points would need 19 seeds "
+        "per task." in text
     )
     assert "ranges from 2.5 to 17.0 points." in text  # matched-bc's is not Primal's question
     assert (
-        "2 of the 3 curves (task and config) are flat within the seeds' spread, though their "
-        "intervals on the change reach ±16.4 points, so a change up to that size may go "
-        "undetected; not flat: b on t (still rising)." in text
-    )  # the widest flat interval, [-12.1, +20.7]
+        "Over the end of training, 1 of the 3 curves (task and config) are flat within ±2 points "
+        "per 1,000 steps (90% interval of the slope); the others: c on t (not known to be flat); "
+        "b on t (still rising)." in text
+    )
     assert "nothing to say" in first_paragraph(ReportData([], 0, None), corl)

@@ -14,12 +14,14 @@ from primal_dt.tools.paired import (
     POWER,
     TARGET,
     detectable,
+    holm,
     last_quarter_differences,
     over_tasks_sentence,
     paired_differences,
     paired_over_tasks,
     seeds_for,
     sentence,
+    std_upper,
     t_test_power,
 )
 from primal_dt.tools.report_comparisons import (
@@ -56,6 +58,7 @@ def test_paired_differences_are_scipys_paired_t_test() -> None:
     expected = stats.ttest_rel([42.0, 36.5, 49.0, 48.0], [40.0, 35.0, 50.0, 45.0])
     low, high = expected.confidence_interval(0.95)
     assert paired.interval == pytest.approx((low, high), rel=1e-12)
+    assert paired.p_value == pytest.approx(expected.pvalue, rel=1e-12)
     assert paired.mean == pytest.approx(1.375)
 
 
@@ -90,7 +93,7 @@ def test_sentences_say_the_power_and_doubt_a_skewed_spread() -> None:
     (paired,) = paired_differences([row("t", "b", base), row("t", "a", close)], "a", "b")
     said = sentence(paired)
     assert "no difference detected" in said and "paired seeds" in said
-    assert f"the study could detect {paired.detectable:.1f} points at 80% power" in said
+    assert f"the study could detect {paired.detectable:.1f} points at 80% power (up to " in said
     assert f"5 points would need {seeds_for(paired.std)} seeds" in said  # type: ignore[arg-type]
     assert "reject normality" not in said
     skewed = {0: 50.0, 1: 50.1, 2: 49.9, 3: 50.0, 4: 50.1, 5: 90.0}  # one seed far off
@@ -112,12 +115,49 @@ def test_over_tasks_the_mean_difference_and_what_it_could_detect() -> None:
     assert over is not None and over.tasks == ["t1", "t2", "t3"] and over.pairs == 5
     assert over.point == pytest.approx(3.0 + 1.0 / 15)
     assert over.interval[0] <= over.point <= over.interval[1]
-    variance = np.var([1.0, 0, 0, 0, 0], ddof=1)  # only t3's differences vary
-    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
-    assert over.detectable == pytest.approx(z * np.sqrt(variance / 5) / 3)
+    # Each seed's mean over the tasks (only t3's seed 0 differs), and Student's t on their mean.
+    seed_means = [3.0 + 1.0 / 3, 3.0, 3.0, 3.0, 3.0]
+    expected = stats.ttest_1samp(seed_means, 0.0)
+    assert over.interval == pytest.approx(tuple(expected.confidence_interval(0.95)), rel=1e-12)
+    assert over.p_value == pytest.approx(expected.pvalue, rel=1e-12)
+    std = float(np.std(seed_means, ddof=1))
+    assert over.detectable == pytest.approx(detectable(std, 5))
+    assert over.detectable_at_most == pytest.approx(detectable(std_upper(std, 5), 5))
+    assert over.seeds_for_target == seeds_for(std)
     section = comparisons_section(rows, "b")
-    assert "x − b on t1: +3.0 [+3.0, +3.0] over 5 paired seeds: x scores above b" in section
+    assert (
+        "x − b on t1: +3.0 [+3.0, +3.0] over 5 paired seeds (p = 0.000, Holm-adjusted over the 3 per-task tests 0.000): x scores above b"
+        in section
+    )
     assert "x − b over 3 tasks (5 paired seeds each): +3.1" in section
+    assert (
+        "(Student's t on each seed's mean over the tasks, p = 0.000): x scores above b" in section
+    )
+
+
+def test_holm_keeps_the_family_wise_level_and_the_sentences_say_both() -> None:
+    """Holm's step-down adjustment against a hand computation; a per-task interval that excludes
+    0 on its own is no claim where the adjusted p is 5% or more, and the sentence says so."""
+    assert holm([0.01, 0.04, None, 0.03, 0.005]) == pytest.approx([0.03, 0.06, None, 0.06, 0.02])
+    assert holm([]) == [] and holm([0.5]) == [0.5] and holm([0.6, 0.9]) == [1.0, 1.0]
+    # The spread of the std: at 5 pairs its 95% interval reaches 2.87 times the measured one.
+    assert std_upper(1.0, 5) == pytest.approx(np.sqrt(4 / stats.chi2.ppf(0.025, 4)))
+    assert 2.8 < std_upper(1.0, 5) < 2.9
+    base = {s: 50.0 for s in range(5)}
+    rows = [row(f"t{i}", "b", base) for i in range(3)]
+    rows.append(row("t0", "x", {0: 52.0, 1: 53.0, 2: 51.0, 3: 52.5, 4: 51.5}))  # p = 0.005
+    rows.append(row("t1", "x", {0: 51.0, 1: 53.0, 2: 51.0, 3: 52.5, 4: 50.5}))  # p = 0.030
+    rows.append(row("t2", "x", {0: 48.0, 1: 53.0, 2: 49.0, 3: 52.0, 4: 50.0}))  # p = 0.53
+    pairs = paired_differences(rows, "x", "b")
+    p_values = [p.p_value for p in pairs]
+    assert p_values[0] < 0.05 / 3 and 0.05 / 2 < p_values[1] < 0.05 and p_values[2] > 0.5
+    adjusted = holm(p_values)
+    said = comparisons_section(rows, "b")
+    assert f"Holm-adjusted over the 3 per-task tests {adjusted[0]:.3f}): x scores above b" in said
+    assert (
+        f"Holm-adjusted over the 3 per-task tests {adjusted[1]:.3f}): no difference detected at "
+        "a family-wise 5% (the interval alone excludes 0)" in said
+    )
 
 
 def test_last_quarter_pairs_each_runs_mean_over_its_late_evaluations() -> None:

@@ -31,7 +31,14 @@ from primal_dt.evaluation import plots
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot, write_snapshot
 from primal_dt.tools.corl import CORL_HEADING, corl_scores, corl_table
-from primal_dt.tools.flatness import FLAT, FLATNESS_HEADING, flatness, quarter_change
+from primal_dt.tools.flatness import (
+    FLAT,
+    FLAT_MARGIN,
+    FLATNESS_HEADING,
+    flatness,
+    quarter_change,
+    quarter_slope,
+)
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import write_report
 from primal_dt.tools.report_data import read_report_data
@@ -674,9 +681,12 @@ def test_the_papers_table_is_data_of_its_own() -> None:
     assert "- hopper-medium: DT 64.2 ± 1.1" in text and "ant-medium" not in text
 
 
-def test_a_curve_is_flat_where_its_late_change_is_within_the_seeds_spread() -> None:
-    """The change between the last two quarters of training, seed by seed, against a direct
-    computation; rising seeds say "still rising", seeds that move both ways "flat"."""
+def test_a_curve_is_flat_only_where_its_slope_is_known_to_be_inside_the_margin() -> None:
+    """The slope over the end of training, seed by seed, against a direct computation (the
+    change between the last two quarters over the S/4 steps between their middles), and an
+    equivalence test: seeds that barely move are flat, seeds that move both ways widely are not
+    known to be flat (no longer "flat" for an interval that merely holds 0), rising seeds are
+    still rising."""
 
     def run(config: str, seed: int, curve: list[float]) -> RunSummary:
         summary = RunSummary(Path(config), "hopper-medium", config, seed, 800, ["softmax"])
@@ -690,24 +700,33 @@ def test_a_curve_is_flat_where_its_late_change_is_within_the_seeds_spread() -> N
     )
     assert quarter_change([(100, 9.0), (800, 17.0)], 800) is None
     rising = [run("up", seed, [0, 0, 0, 0, 10, 10, 14 + seed, 15]) for seed in range(3)]
-    flat = [
-        run("flat", seed, [0, 0, 0, 0, 10, 10, 10 + d, 10 + d])
-        for seed, d in enumerate([-2, 2, 0.5])
+    level = [
+        run("level", s, [0, 0, 0, 0, 10, 10, 10 + d, 10 + d])
+        for s, d in enumerate([-0.1, 0.1, 0.05])
+    ]
+    wide = [
+        run("wide", s, [0, 0, 0, 0, 10, 10, 10 + d, 10 + d]) for s, d in enumerate([-2, 2, 0.5])
     ]
     alone = [run("alone", 0, [0] * 8)]
-    changes = [(14 + seed + 15) / 2 - 10 for seed in range(3)]
-    low, high = t95(changes)
-    found = flatness([*rising, *flat, *alone])
-    sentences = [curve.sentence() for curve in found]
-    assert [curve.verdict == FLAT for curve in found] == [True, False]
-    assert sentences[1] == (
-        f"up on hopper-medium: the last quarter's mean score minus the quarter before's "
-        f"{np.mean(changes):+.1f} [{low:+.1f}, {high:+.1f}] over 3 seeds: still rising."
+    slopes = [((14 + seed + 15) / 2 - 10) / 200 * 1000 for seed in range(3)]  # S/4 = 200 steps
+    assert quarter_slope(rising[0].scores, 800) == pytest.approx(slopes[0])
+    low, high = t95(slopes)
+    found = {curve.config: curve for curve in flatness([*rising, *level, *wide, *alone])}
+    assert sorted(found) == ["level", "up", "wide"]  # one seed: no interval, no verdict
+    up = found["up"]
+    assert up.slopes == pytest.approx(slopes) and up.interval == pytest.approx((low, high))
+    assert up.sentence() == (
+        f"up on hopper-medium: a slope of {np.mean(slopes):+.1f} [{low:+.1f}, {high:+.1f}] points "
+        f"per 1,000 steps over 3 seeds (90%: [{up.equivalence[0]:+.1f}, "
+        f"{up.equivalence[1]:+.1f}]): still rising."
     )
-    assert sentences[0].startswith("flat on hopper-medium: ") and sentences[0].endswith(
-        "over 3 seeds: flat: no change detected beyond the seeds' spread."
+    assert found["level"].flat and found["level"].verdict == FLAT
+    assert (
+        -FLAT_MARGIN < found["level"].equivalence[0] < found["level"].equivalence[1] < FLAT_MARGIN
     )
-    assert len(sentences) == 2  # one seed: no interval, no sentence
+    wide_interval = found["wide"].interval
+    assert wide_interval[0] < 0 < wide_interval[1] and not found["wide"].flat
+    assert found["wide"].verdict.startswith("not known to be flat")
 
 
 def test_corl_side_table_sets_the_baseline_beside_corls_dt() -> None:

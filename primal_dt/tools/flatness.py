@@ -1,9 +1,12 @@
-"""Whether a study trained long enough: per task and config, the change of the evaluation score
-between the last two quarters of training, seed by seed, with its Student's t interval.
+"""Whether a study trained long enough: per task and config, the slope of the evaluation score
+over the end of training, seed by seed, and an equivalence test of it.
 
-A curve counts as flat where that interval holds 0: over the last quarter the score moved by no
-more than the seeds' spread lets the study see. The interval's width says how large a late rise
-could still hide in it; a budget is long enough for a study when its configs' curves are flat.
+Each run's slope: its last quarter's mean score minus the quarter before's, over the S/4 steps
+between the two quarters' middles, in points per 1,000 steps. A curve is flat only where the
+two one-sided tests at 5% (the 90% Student's t interval of the mean slope) put it inside
+±FLAT_MARGIN points per 1,000 steps: an interval too wide to say so reads "not known to be flat",
+never "flat". Where it is not flat and the 95% interval excludes 0, the curve is still rising or
+falling. A budget is long enough for a study when its configs' curves are flat.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from primal_dt.tools.runs import RunSummary
 from primal_dt.tools.statistics import t_interval
 
 FLATNESS_HEADING = "## Are the curves flat?"
-FLAT = "flat: no change detected beyond the seeds' spread"
+FLAT_MARGIN = 2.0  # points per 1,000 steps: a slope inside ±this is flat
+FLAT = f"flat (inside ±{FLAT_MARGIN:g} points per 1,000 steps)"
+NOT_KNOWN = f"not known to be flat (the interval reaches beyond ±{FLAT_MARGIN:g})"
 
 
 def quarter_scores(
@@ -44,46 +49,60 @@ def quarter_change(scores: Sequence[tuple[int, float]], steps: int) -> float | N
     return None if late is None or before is None else late - before
 
 
+def quarter_slope(scores: Sequence[tuple[int, float]], steps: int) -> float | None:
+    """quarter_change over the S/4 steps between the quarters' middles, per 1,000 steps."""
+    change = quarter_change(scores, steps)
+    return None if change is None else change / (steps / 4) * 1000
+
+
 @dataclass
 class Flatness:
-    """One task's and config's change between the last two quarters (quarter_change), seed by
-    seed, with its Student's t interval, and the verdict it gives."""
+    """One task's and config's slope over the end of training, seed by seed, with its 95% and
+    90% Student's t intervals, and the verdict they give."""
 
     task: str
     config: str
-    changes: list[float]
-    interval: tuple[float, float]
+    slopes: list[float]  # per seed, points per 1,000 steps
+    interval: tuple[float, float]  # 95%: rising or falling where it excludes 0
+    equivalence: tuple[float, float]  # 90%: flat where it lies inside ±FLAT_MARGIN
 
     @property
     def mean(self) -> float:
-        return float(np.mean(self.changes))
+        return float(np.mean(self.slopes))
+
+    @property
+    def flat(self) -> bool:
+        low, high = self.equivalence
+        return low > -FLAT_MARGIN and high < FLAT_MARGIN
 
     @property
     def verdict(self) -> str:
         low, high = self.interval
-        return FLAT if low <= 0 <= high else "still rising" if low > 0 else "still falling"
+        if self.flat:
+            return FLAT
+        return "still rising" if low > 0 else "still falling" if high < 0 else NOT_KNOWN
 
     def sentence(self) -> str:
-        low, high = self.interval
+        (low, high), (equal_low, equal_high) = self.interval, self.equivalence
         return (
-            f"{self.config} on {self.task}: the last quarter's mean score minus the quarter "
-            f"before's {self.mean:+.1f} [{low:+.1f}, {high:+.1f}] over {len(self.changes)} "
-            f"seeds: {self.verdict}."
+            f"{self.config} on {self.task}: a slope of {self.mean:+.1f} [{low:+.1f}, {high:+.1f}] "
+            f"points per 1,000 steps over {len(self.slopes)} seeds (90%: [{equal_low:+.1f}, "
+            f"{equal_high:+.1f}]): {self.verdict}."
         )
 
 
 def flatness(summaries: Sequence[RunSummary]) -> list[Flatness]:
-    """Per (task, config) with a change for at least 2 seeds, in task, config order."""
+    """Per (task, config) with a slope for at least 2 seeds, in task, config order."""
     groups: dict[tuple[str, str], list[float]] = {}
     for run in sorted(summaries, key=lambda s: (s.task, s.config, s.seed)):
-        change = quarter_change(run.scores, run.steps)
-        if change is not None:
-            groups.setdefault((run.task, run.config), []).append(change)
+        slope = quarter_slope(run.scores, run.steps)
+        if slope is not None:
+            groups.setdefault((run.task, run.config), []).append(slope)
     found = []
-    for (task, config), changes in groups.items():
-        interval = t_interval(changes)
-        if interval is not None:
-            found.append(Flatness(task, config, changes, interval))
+    for (task, config), slopes in groups.items():
+        interval, equivalence = t_interval(slopes), t_interval(slopes, 0.9)
+        if interval is not None and equivalence is not None:
+            found.append(Flatness(task, config, slopes, interval, equivalence))
     return found
 
 
@@ -93,9 +112,13 @@ def flatness_section(summaries: Sequence[RunSummary]) -> str:
     lines = [
         FLATNESS_HEADING,
         "",
-        "Per task and config, seed by seed: the mean of the evaluation scores in the last "
-        "quarter of training minus the mean of those in the quarter before, with the Student's "
-        "t 95% interval of that change over seeds. A curve is flat where the interval holds 0.",
+        "Per task and config, seed by seed: the slope of the evaluation score over the end of "
+        "training (the mean of the scores in the last quarter minus the mean of those in the "
+        "quarter before, per 1,000 steps between the quarters' middles), with the Student's t "
+        "95% interval of its mean over seeds, and the 90% one: a curve is flat only where the "
+        f"90% interval lies inside ±{FLAT_MARGIN:g} points per 1,000 steps (two one-sided tests "
+        "at 5%); still rising or falling where it is not and the 95% interval excludes 0; "
+        "otherwise not known to be flat.",
         "",
     ]
     if not sentences:

@@ -8,13 +8,21 @@ two configs' own intervals wherever the seeds' scores move together. The same co
 run's mean score over the last quarter of its training (last_quarter_differences) says whether a
 difference in final score holds over the evaluations before it, or rests on the last one alone.
 
+Claims at a family-wise level: the per-task tests of one comparison section (every config and
+task against the baseline) are one family; a difference is claimed only where Holm's step-down
+correction of their paired t-tests' p-values keeps it under 5% (holm()), and each sentence shows
+the uncorrected interval and p beside the adjusted p.
+
 Power, per task: the smallest true difference a two-sided paired t-test at the 5% level detects
 with 80% probability at this many pairs, taking the measured std of the differences as the true
 one (the noncentral t distribution, solved for the difference), and the pairs that a difference of
-TARGET points (the Primal paper's gap, 77.5 against 72.2) would need. Over tasks: the mean over
-tasks of the per-task mean differences, with rliable's stratified bootstrap interval (statistics.py)
-and its simulated coverage; its power from the normal approximation,
-(z(0.975) + z(0.8)) sqrt(sum_t s_t^2 / n_t) / T.
+TARGET points (the Primal paper's gap, 77.5 against 72.2) would need. The measured std of a few
+differences is itself uncertain (at 5 pairs its 95% interval spans 0.6 to 2.9 times it): the
+sentence adds the difference detected were the true std at the top of that interval.
+
+Over tasks: each seed's mean over the tasks of its differences, D_i = (1/T) sum_t d_ti, and the
+Student's t test and interval of mean(D) (exact for normal differences, whatever the tasks'
+spreads: the D_i are independent and identically distributed), with the same power as per task.
 
 Where a task's differences reject normality (Shapiro-Wilk, p < 0.05, at 3 pairs or more), the
 report says that the t interval's assumption is doubtful there.
@@ -31,13 +39,7 @@ import numpy as np
 
 from primal_dt.tools.flatness import quarter_mean
 from primal_dt.tools.runs import ReportError, Row, RunSummary
-from primal_dt.tools.statistics import (
-    CONFIDENCE,
-    Interval,
-    estimate,
-    simulated_coverage,
-    t_interval,
-)
+from primal_dt.tools.statistics import CONFIDENCE, Interval, t_interval
 
 POWER = 0.8  # the probability of detecting a true difference that "detectable" means
 ALPHA = 1 - CONFIDENCE  # the two-sided test's level
@@ -102,6 +104,37 @@ def seeds_for(std: float, difference: float = TARGET) -> int | None:
     return high
 
 
+def std_upper(std: float, pairs: int) -> float:
+    """The upper end of the std's 95% interval from `pairs` normal values (chi-square, n − 1 df)."""
+    stats, _ = _scipy()
+    return std * math.sqrt((pairs - 1) / float(stats.chi2.ppf(ALPHA / 2, pairs - 1)))
+
+
+def t_test_p(values: Sequence[float]) -> float | None:
+    """The two-sided one-sample t-test's p-value of mean 0 (None under 2 values)."""
+    if len(values) < 2:
+        return None
+    x = np.asarray(values, dtype=np.float64)
+    std = float(x.std(ddof=1))
+    if std == 0:
+        return 1.0 if x.mean() == 0 else 0.0
+    stats, _ = _scipy()
+    statistic = float(x.mean()) * math.sqrt(len(x)) / std
+    return float(2 * stats.t.sf(abs(statistic), len(x) - 1))
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values of one family of tests (None stays None and is not
+    counted): the k-th smallest of m times (m − k + 1), made non-decreasing, at most 1."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for k, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - k) * p))
+        adjusted[i] = running
+    return adjusted
+
+
 @dataclass
 class Paired:
     """One task's paired differences, config minus baseline, seed by seed."""
@@ -129,8 +162,22 @@ class Paired:
         return None if self.std is None else detectable(self.std, len(self.differences))
 
     @property
+    def detectable_at_most(self) -> float | None:
+        """The difference detected were the true std at the top of its 95% interval."""
+        return (
+            None
+            if self.std is None
+            else detectable(std_upper(self.std, len(self.differences)), len(self.differences))
+        )
+
+    @property
     def seeds_for_target(self) -> int | None:
         return None if self.std is None else seeds_for(self.std)
+
+    @property
+    def p_value(self) -> float | None:
+        """The two-sided paired t-test's p-value (None under 2 pairs; 1 or 0 without spread)."""
+        return t_test_p(self.differences)
 
     @property
     def normality_p(self) -> float | None:
@@ -191,17 +238,18 @@ def last_quarter_differences(
 
 @dataclass
 class PairedOverTasks:
-    """The mean over tasks of the per-task mean differences, its interval and its power."""
+    """The mean over tasks of the paired differences, from each seed's mean over the tasks."""
 
     config: str
     baseline: str
     tasks: list[str]
     pairs: int  # per task (the fewest any task has: each task's first, by seed)
     point: float
-    interval: Interval
-    coverage: float  # the interval's coverage in simulation at this shape
+    interval: Interval  # Student's t, 95%, of mean(D)
+    p_value: float
     detectable: float
-    seeds_for_target: int
+    detectable_at_most: float  # were the std of D at the top of its 95% interval
+    seeds_for_target: int | None  # seeds per task for TARGET points (None beyond MAX_SEEDS)
 
 
 def paired_over_tasks(pairs: list[Paired]) -> PairedOverTasks | None:
@@ -209,48 +257,66 @@ def paired_over_tasks(pairs: list[Paired]) -> PairedOverTasks | None:
     if len(pairs) < 2 or min(len(p.differences) for p in pairs) < 2:
         return None
     n = min(len(p.differences) for p in pairs)
-    matrix = np.array([p.differences[:n] for p in pairs]).T  # (seeds, tasks)
-    points, intervals = estimate(matrix, lambda scores: np.array([scores.mean(axis=0).mean()]))
-    stats, _ = _scipy()
-    z = stats.norm.ppf(1 - ALPHA / 2) + stats.norm.ppf(POWER)
-    variances = matrix.var(axis=0, ddof=1)
-    tasks = len(pairs)
-    smallest = z * math.sqrt(float(variances.sum()) / n) / tasks
-    needed = max(2, math.ceil((z / (tasks * TARGET)) ** 2 * float(variances.sum())))
+    seed_means = np.array([p.differences[:n] for p in pairs]).mean(axis=0)  # D_i
+    interval, p_value = t_interval(seed_means), t_test_p(seed_means)
+    assert interval is not None and p_value is not None, "at least 2 seeds"
+    std = float(seed_means.std(ddof=1))
+    found, at_most = detectable(std, n), detectable(std_upper(std, n), n) if std else 0.0
+    assert found is not None and at_most is not None, "at least 2 seeds"
     return PairedOverTasks(
         pairs[0].config,
         pairs[0].baseline,
         [p.task for p in pairs],
         n,
-        float(points[0]),
-        (float(intervals[0, 0]), float(intervals[1, 0])),
-        simulated_coverage(n, tasks),
-        smallest,
-        needed,
+        float(seed_means.mean()),
+        interval,
+        p_value,
+        found,
+        at_most,
+        seeds_for(std),
     )
 
 
-def sentence(paired: Paired) -> str:
-    """What one task's paired differences allow, with the study's power there."""
+def _found(config: str, baseline: str, interval: Interval, adjusted: float | None) -> str:
+    """The verdict: a difference claimed only where the (Holm-adjusted, where given) test rejects
+    at ALPHA; an interval that excludes 0 whose adjusted test does not is said so."""
+    low, high = interval
+    excluded = low > 0 or high < 0
+    if excluded and (adjusted is None or adjusted < ALPHA):
+        return f"{config} scores {'above' if low > 0 else 'below'} {baseline}"
+    if excluded:
+        return (
+            f"no difference detected at a family-wise {ALPHA:.0%} (the interval alone excludes 0)"
+        )
+    return "no difference detected"
+
+
+def _power(detectable: float | None, at_most: float | None, needed: int | None, unit: str) -> str:
+    power = f"the study could detect {detectable:.1f} points{unit} at {POWER:.0%} power"
+    if at_most is not None:
+        power += f" (up to {at_most:.1f} were the spread at the top of its 95% interval)"
+    return power + (
+        f"; {TARGET:g} points would need {needed} seeds{' per task' if unit else ''}"
+        if needed is not None
+        else f"; {TARGET:g} points would need over {MAX_SEEDS} seeds"
+    )
+
+
+def sentence(paired: Paired, adjusted: float | None = None, family: int = 1) -> str:
+    """What one task's paired differences allow, with the study's power there; adjusted: its
+    Holm-adjusted p-value in a family of `family` tests (holm())."""
     head = f"{paired.config} − {paired.baseline} on {paired.task}"
     if paired.interval is None:
         return f"{head}: {paired.mean:+.1f} from one pair of seeds: no interval, no test."
     low, high = paired.interval
-    found = (
-        f"{paired.config} scores {'above' if low > 0 else 'below'} {paired.baseline}"
-        if low > 0 or high < 0
-        else "no difference detected"
-    )
-    power = f"the study could detect {paired.detectable:.1f} points at {POWER:.0%} power"
-    needed = paired.seeds_for_target
-    power += (
-        f"; {TARGET:g} points would need {needed} seeds"
-        if needed is not None
-        else f"; {TARGET:g} points would need over {MAX_SEEDS} seeds"
-    )
+    tests = f"p = {paired.p_value:.3f}"
+    if adjusted is not None and family > 1:
+        tests += f", Holm-adjusted over the {family} per-task tests {adjusted:.3f}"
+    found = _found(paired.config, paired.baseline, paired.interval, adjusted)
+    power = _power(paired.detectable, paired.detectable_at_most, paired.seeds_for_target, "")
     text = (
         f"{head}: {paired.mean:+.1f} [{low:+.1f}, {high:+.1f}] over {len(paired.seeds)} paired "
-        f"seeds: {found}; {power}"
+        f"seeds ({tests}): {found}; {power}"
     )
     p = paired.normality_p
     if p is not None and p < NORMALITY_ALPHA:
@@ -261,17 +327,21 @@ def sentence(paired: Paired) -> str:
     return text + "."
 
 
+def holm_sentences(pairs: Sequence[Paired]) -> list[str]:
+    """The sentences of one family of per-task tests, each with its Holm-adjusted p-value."""
+    adjusted = holm([p.p_value for p in pairs])
+    family = sum(1 for p in adjusted if p is not None)
+    return [sentence(p, a, family) for p, a in zip(pairs, adjusted, strict=True)]
+
+
 def over_tasks_sentence(over: PairedOverTasks) -> str:
     low, high = over.interval
-    found = (
-        f"{over.config} scores {'above' if low > 0 else 'below'} {over.baseline}"
-        if low > 0 or high < 0
-        else "no difference detected"
+    found = _found(over.config, over.baseline, over.interval, None)
+    power = _power(
+        over.detectable, over.detectable_at_most, over.seeds_for_target, " over the tasks"
     )
     return (
         f"{over.config} − {over.baseline} over {len(over.tasks)} tasks ({over.pairs} paired seeds "
-        f"each): {over.point:+.1f} [{low:+.1f}, {high:+.1f}] (stratified bootstrap, nominal "
-        f"{CONFIDENCE:.0%}, {over.coverage:.0%} in simulation at this shape): {found}; the study "
-        f"could detect {over.detectable:.1f} points over the tasks at {POWER:.0%} power, and "
-        f"{TARGET:g} points would need {over.seeds_for_target} seeds per task."
+        f"each): {over.point:+.1f} [{low:+.1f}, {high:+.1f}] (Student's t on each seed's mean "
+        f"over the tasks, p = {over.p_value:.3f}): {found}; {power}."
     )

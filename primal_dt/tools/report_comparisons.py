@@ -13,12 +13,12 @@ from primal_dt.tools.flatness import quarter_scores
 from primal_dt.tools.paired import (
     POWER,
     TARGET,
+    holm_sentences,
     last_quarter_differences,
     over_tasks_sentence,
     paired_differences,
     paired_over_tasks,
 )
-from primal_dt.tools.paired import sentence as paired_sentence
 from primal_dt.tools.runs import (
     Row,
     RunSummary,
@@ -67,33 +67,37 @@ def comparisons_section(rows: list[Row], baseline: str | None) -> str:
         "both ran. Runs of the same seed share "
         "their data order and evaluation episodes, so the comparison is seed by seed: the mean "
         "of the paired differences (config − baseline, normalised points) with its Student's t "
-        f"95% interval; a difference is claimed only where that interval excludes 0. Beside it, "
-        f"the smallest true difference the study detects with {POWER:.0%} probability (a "
-        "two-sided paired t-test at 5%, taking the measured spread of the differences as the "
-        f"true one), and the seeds a difference of {TARGET:g} points would need. Where no seeds "
-        "pair, the two configs' own intervals: overlapping ones say no difference was detected.",
+        "95% interval and its paired t-test's p-value. The per-task tests of this section are one "
+        "family: a difference is claimed only where Holm's correction keeps its p-value under "
+        "5% (the adjusted p beside the uncorrected one). Beside it, the smallest true difference "
+        f"the study detects with {POWER:.0%} probability (a two-sided paired t-test at 5%, taking "
+        "the measured spread of the differences as the true one, and again at the top of that "
+        f"spread's 95% interval), and the seeds a difference of {TARGET:g} points would need. "
+        "Where no seeds pair, the two configs' own intervals: overlapping ones say no difference "
+        "was detected.",
         "",
     ]
     by_key = {(row.task, row.config): row for row in rows if row.task != "average"}
+    others = [config for config in configs if config != baseline]
+    pairs = {c: {p.task: p for p in paired_differences(rows, c, baseline)} for c in others}
+    family = [p for found in pairs.values() for p in found.values() if len(p.seeds) > 1]
+    said = dict(zip(map(id, family), holm_sentences(family), strict=True))
     over = []
-    for config in configs:
-        if config == baseline:
-            continue
-        pairs = {p.task: p for p in paired_differences(rows, config, baseline)}
+    for config in others:
         for task in unique([row.task for row in rows if row.task != "average"]):
             base, row = by_key.get((task, baseline)), by_key.get((task, config))
             if row is None:
                 continue
             if base is None:
                 lines.append(f"- {config} on {task}: no {baseline} runs there to compare with.")
-            elif task in pairs and len(pairs[task].seeds) > 1:
-                lines.append(f"- {paired_sentence(pairs[task])}")
+            elif id(pair := pairs[config].get(task)) in said:
+                lines.append(f"- {said[id(pair)]}")
             else:
                 interval, base_interval = t_interval(row.final), t_interval(base.final)
                 lines.append(
                     f"- {compare_intervals(task, config, interval, baseline, base_interval)}"
                 )
-        summary = paired_over_tasks(list(pairs.values()))
+        summary = paired_over_tasks(list(pairs[config].values()))
         if summary is not None:
             over.append(f"- {over_tasks_sentence(summary)}")
     if over:
@@ -101,7 +105,8 @@ def comparisons_section(rows: list[Row], baseline: str | None) -> str:
             "",
             OVER_TASKS_HEADING,
             "",
-            "Each task weighed alike (the mean of its mean differences):",
+            "Each task weighed alike: each seed's mean over the tasks of its differences, and "
+            "the Student's t test and interval of their mean:",
             "",
             *over,
         ]
@@ -144,7 +149,7 @@ def last_quarter_section(summaries: list[RunSummary], baseline: str | None) -> s
             f"quarter of its training (3/4 S < step <= S, the final one included: {evaluations} per "
             "run here), compared seed by seed with the baseline as above.",
             "",
-            *(f"- {paired_sentence(p)}" for p in pairs),
+            *(f"- {s}" for s in holm_sentences(pairs)),
             *_last_quarter_over_tasks(summaries, configs, baseline),
         ]
     )

@@ -24,12 +24,13 @@ from typing import Any
 
 from primal_dt.store.training_log import union_minutes
 from primal_dt.tools.corl import CorlRow, corl_rows, corl_scores
-from primal_dt.tools.flatness import FLAT, Flatness, flatness
+from primal_dt.tools.flatness import Flatness, flatness
 from primal_dt.tools.paired import (
     POWER,
     TARGET,
     Paired,
     PairedOverTasks,
+    holm,
     last_quarter_differences,
     paired_differences,
     paired_over_tasks,
@@ -37,7 +38,7 @@ from primal_dt.tools.paired import (
 from primal_dt.tools.runs import ReportError, Row, RunSummary, unique
 from primal_dt.tools.statistics import METRICS, Aggregate
 
-VERSION = 2
+VERSION = 3
 
 
 @dataclass
@@ -63,9 +64,10 @@ class FlatnessResult:
 
     task: str
     config: str
-    changes: list[float]
+    slopes: list[float]  # per seed, points per 1,000 steps
     mean: float
-    interval: tuple[float, float]
+    interval: tuple[float, float]  # 95%
+    equivalence: tuple[float, float]  # 90%: flat where inside ±flatness.FLAT_MARGIN
     flat: bool
     verdict: str
 
@@ -116,7 +118,10 @@ class PairedResult:
     differences: list[float]
     mean: float
     interval: tuple[float, float] | None  # Student's t, 95%
+    p_value: float | None  # the paired t-test's, two-sided
+    holm_p: float | None  # Holm-adjusted over its family (every config and task of its section)
     detectable: float | None  # the smallest true difference detected with POWER
+    detectable_at_most: float | None  # the same, were the std at the top of its 95% interval
     seeds_for_target: int | None  # the seeds TARGET points would need
 
 
@@ -129,10 +134,11 @@ class OverTasks:
     tasks: list[str]
     pairs: int
     point: float
-    interval: tuple[float, float]
-    coverage: float
+    interval: tuple[float, float]  # Student's t, 95%, on each seed's mean over the tasks
+    p_value: float
     detectable: float
-    seeds_for_target: int
+    detectable_at_most: float
+    seeds_for_target: int | None
 
 
 @dataclass
@@ -173,18 +179,25 @@ class ReportData:
         return next((s for s in self.sections if s.heading == heading), None)
 
 
-def _paired(found: Paired) -> PairedResult:
-    return PairedResult(
-        found.task,
-        found.config,
-        found.baseline,
-        list(found.seeds),
-        [float(d) for d in found.differences],
-        found.mean,
-        found.interval,
-        found.detectable,
-        found.seeds_for_target,
-    )
+def _paired(pairs: list[Paired]) -> list[PairedResult]:
+    """One family of per-task tests, each with its Holm-adjusted p-value."""
+    return [
+        PairedResult(
+            found.task,
+            found.config,
+            found.baseline,
+            list(found.seeds),
+            [float(d) for d in found.differences],
+            found.mean,
+            found.interval,
+            found.p_value,
+            adjusted,
+            found.detectable,
+            found.detectable_at_most,
+            found.seeds_for_target,
+        )
+        for found, adjusted in zip(pairs, holm([p.p_value for p in pairs]), strict=True)
+    ]
 
 
 def _over(found: PairedOverTasks) -> OverTasks:
@@ -202,15 +215,15 @@ def _aggregate(found: Aggregate) -> AggregateResult:
 
 
 def _flatness(found: Flatness) -> FlatnessResult:
-    verdict = found.verdict
     return FlatnessResult(
         found.task,
         found.config,
-        found.changes,
+        found.slopes,
         found.mean,
         found.interval,
-        verdict == FLAT,
-        verdict,
+        found.equivalence,
+        found.flat,
+        found.verdict,
     )
 
 
@@ -257,16 +270,18 @@ def report_data(
         for row in tasks
     ]
     configs = [c for c in unique([row.config for row in tasks]) if c != baseline]
+    finals: list[Paired] = []
+    lates: list[Paired] = []
     for config in configs if baseline is not None else []:
         assert baseline is not None
         pairs = paired_differences(rows, config, baseline)
         late = last_quarter_differences(summaries, config, baseline)
-        data.paired += [_paired(p) for p in pairs]
-        data.last_quarter += [_paired(p) for p in late]
+        finals, lates = finals + pairs, lates + late
         data.over_tasks += [_over(o) for o in [paired_over_tasks(pairs)] if o is not None]
         data.last_quarter_over_tasks += [
             _over(o) for o in [paired_over_tasks(late)] if o is not None
         ]
+    data.paired, data.last_quarter = _paired(finals), _paired(lates)
     data.aggregates = [_aggregate(found) for found in aggregates]
     data.flatness = [_flatness(found) for found in flatness(summaries)]
     data.corl = [_corl(found) for found in corl_rows(rows, baseline, corl_scores())]
@@ -315,9 +330,9 @@ def read_report_data(path: Path) -> ReportData:
         )
 
     def flat(item: dict[str, Any]) -> FlatnessResult:
-        interval = _pair(item["interval"])
-        assert interval is not None
-        return FlatnessResult(**{**item, "interval": interval})
+        interval, equivalence = _pair(item["interval"]), _pair(item["equivalence"])
+        assert interval is not None and equivalence is not None
+        return FlatnessResult(**{**item, "interval": interval, "equivalence": equivalence})
 
     if raw.get("version") != VERSION:
         raise ReportError(

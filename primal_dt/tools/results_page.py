@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import date
 
 from primal_dt.tools.corl import CorlScores
+from primal_dt.tools.flatness import FLAT_MARGIN
 from primal_dt.tools.paired import Paired, PairedOverTasks, over_tasks_sentence
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report_comparisons import (
@@ -108,21 +109,15 @@ def paper_section() -> str:
 
 
 def flatness_sentence(curves: list[FlatnessResult]) -> str:
-    """How many of the curves are flat, the widest interval among them (a flat verdict from a
-    wide interval cannot rule out a change that large), and the ones that are not."""
+    """How many of the curves are flat (an equivalence test: flatness.py), and the others with
+    their verdicts."""
     flat = [curve for curve in curves if curve.flat]
-    others = [f"{c.config} on {c.task} ({c.verdict})" for c in curves if not c.flat]
+    others = [f"{c.config} on {c.task} ({c.verdict.split(' (')[0]})" for c in curves if not c.flat]
     sentence = (
-        f"Over the last quarter of training, {len(flat)} of the {len(curves)} curves (task "
-        f"and config) are flat within the seeds' spread"
+        f"Over the end of training, {len(flat)} of the {len(curves)} curves (task and config) "
+        f"are flat within ±{FLAT_MARGIN:g} points per 1,000 steps (90% interval of the slope)"
     )
-    if flat:
-        widest = max((c.interval[1] - c.interval[0]) / 2 for c in flat)
-        sentence += (
-            f", though their intervals on the change reach ±{widest:.1f} points, so a change up "
-            f"to that size may go undetected"
-        )
-    return sentence + (f"; not flat: {'; '.join(others)}." if others else ".")
+    return sentence + (f"; the others: {'; '.join(others)}." if others else ".")
 
 
 def first_paragraph(data: ReportData, corl: CorlScores) -> str:
