@@ -118,16 +118,11 @@ def block_kinds(blocks: str, n_layer: int = 3) -> list[str]:
 
 
 def block_overrides(blocks: str, overrides: list[str]) -> list[str]:
-    """The model's attention as an override, and of the given overrides those that apply to it: a
-    kind's settings (model.attention_settings.<kind>.*) only where a block has that kind (the
-    loader refuses settings no block uses)."""
-    kinds = block_kinds(blocks)
-    applying = [
-        o
-        for o in overrides
-        if not o.startswith("model.attention_settings.") or o.split(".")[2] in kinds
-    ]
-    return [f"model.attention={json.dumps(kinds)}", *applying]
+    """The model's attention as an override, and the given overrides that apply to it (a kind's
+    settings only where a block has that kind: the loader refuses settings no block uses)."""
+    kinds, own = block_kinds(blocks), "model.attention_settings."
+    kept = [o for o in overrides if not o.startswith(own) or o.split(".")[2] in kinds]
+    return [f"model.attention={json.dumps(kinds)}", *kept]
 
 
 def make_trainer(

@@ -27,6 +27,7 @@ from primal_dt.store.training_log import (
     training_sessions,
     union_minutes,
 )
+from primal_dt.tools import study as study_module
 from primal_dt.tools.corl import corl_scores
 from primal_dt.tools.flatness import FLAT, NOT_KNOWN
 from primal_dt.tools.report_data import (
@@ -624,3 +625,17 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
         "b on t (still rising)." in text
     )
     assert "nothing to say" in first_paragraph(ReportData([], 0, None), corl)
+
+
+def test_a_sections_data_is_the_reports_copy_of_its_runs(tmp_path: Path, monkeypatch) -> None:
+    """--write-docs keeps the report's runs/ (small text) as results-data/<section>, replacing
+    an earlier study's."""
+    monkeypatch.setattr(study_module, "RESULTS_DATA", tmp_path / "results-data")
+    reported = tmp_path / "report"
+    (reported / "runs" / "task" / "run").mkdir(parents=True)
+    (reported / "runs" / "task" / "run" / "eval.jsonl").write_text("{}\n")
+    stale = tmp_path / "results-data" / "results" / "old"
+    stale.mkdir(parents=True)
+    kept = study_module.keep_data(reported, "results")
+    assert kept == tmp_path / "results-data" / "results" and not stale.exists()
+    assert (kept / "task" / "run" / "eval.jsonl").read_text() == "{}\n"

@@ -7,6 +7,7 @@ a table of their own; the report's figures keep every text inside the figure."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 import shutil
@@ -49,10 +50,9 @@ from primal_dt.tools.runs import (
     RunSummary,
     baseline_config,
     collect,
-    data_identity,
     group,
-    same_data,
 )
+from primal_dt.tools.same_data import data_identity, same_data
 from primal_dt.tools.statistics import aggregates
 
 
@@ -534,6 +534,17 @@ def test_aggregates_with_enough_seeds_and_the_same_numbers_twice(
     title, body = (together / "report.md").read_text().split("\n", 1)
     assert title == f"# primal-dt report: {tmp_path / 'hopper'}, {tmp_path / 'walker'}"
     assert body == text.split("\n", 1)[1]
+    # The report's copy of the runs (small text, no checkpoint): the same report again, from it
+    # alone, as the results page's data in the repository makes it.
+    exported = report / "runs"
+    assert not list(exported.rglob("*.pt")) and len(list(exported.rglob("facts.json"))) == 26
+    size = sum(path.stat().st_size for path in exported.rglob("*") if path.is_file())
+    assert size < 26 * 50_000, size
+    assert main(["report", str(exported), "--out", str(tmp_path / "from_data")]) == 0
+    again_text = (tmp_path / "from_data" / "report.md").read_text()
+    assert again_text.split("\n", 1)[1] == text.split("\n", 1)[1]
+    from_data = read_report_data(tmp_path / "from_data" / "report.json")
+    assert dataclasses.replace(from_data, dirs=data.dirs) == data
 
 
 def test_one_seed_or_one_task_says_what_cannot_be_computed(trained: Path, tmp_path: Path) -> None:

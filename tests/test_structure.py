@@ -36,6 +36,7 @@ LAYOUT_NAMES = (
     "best.pt",
     "eval.jsonl",
     "training.jsonl",
+    "facts.json",
     "eval_queue",
     "train.log",
     "spectrum_windows.pt",

@@ -9,6 +9,7 @@
       eval_queue/step_N.pt   Snapshots with an EvalRequest, waiting for the evaluator
       eval.jsonl             one EvalResult per evaluation (results.py)
       training.jsonl         one LogPoint per log point: the losses, and when (training_log.py)
+      facts.json             a report's copy of a run: its checkpoint's facts (run_facts.py)
       spectrum_windows.pt    the fixed windows the attention spectrum is measured on (spectrum.py)
       return_curve_step_N.*  a target sweep's record and figure (conditioning.py)
       videos/                MP4 files of rendered episodes (video.py)
@@ -18,7 +19,7 @@
 
 Each record has its own module, one dataclass, one writer and one reader: runconfig.py
 (config.json), snapshots.py (ckpt.pt, best.pt, checkpoints/, eval_queue/), results.py (eval.jsonl),
-training_log.py (training.jsonl); TensorBoard's files are written by dashboards.py alone, and never
+training_log.py (training.jsonl), run_facts.py (facts.json); TensorBoard's files are written by dashboards.py alone, and never
 read back: what the report reads is in the records;
 locks.py holds the writers' locks and atomic.py writes files whole or not at all.
 """
@@ -72,6 +73,15 @@ class RunDir:
     @property
     def training_log(self) -> Path:
         return self.path / "training.jsonl"
+
+    @property
+    def facts(self) -> Path:
+        return self.path / "facts.json"
+
+    def small_files(self) -> list[Path]:
+        """The run's records that a report's copy of it keeps (report.export_runs)."""
+        named = [self.config_file, self.eval_log, self.training_log, *self.return_curves()]
+        return [path for path in named if path.exists()]
 
     @property
     def spectrum_windows(self) -> Path:

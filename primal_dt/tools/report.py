@@ -13,11 +13,14 @@ with its sentences; the Primal-Attention paper's table, apart from ours (it is n
 and notes.
 
 Writes report.md, report.json, report.csv, curves_<task>.png, spectrum_<task>.png, for runs with a target
-sweep return_curve_<task>.png, and with aggregates aggregates.png and performance_profile.png.
+sweep return_curve_<task>.png, and with aggregates aggregates.png and performance_profile.png; and
+runs/, a copy of every run's records from which `primal-dt report runs/` makes the same report
+without the checkpoints (export_runs).
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,7 +28,8 @@ from primal_dt.common.errors import check_folder
 from primal_dt.evaluation.conditioning import curve_points
 from primal_dt.method.registry import attention_label
 from primal_dt.store.dashboards import copy_run, remove_root_layout
-from primal_dt.store.rundir import safe_name
+from primal_dt.store.run_facts import RunFacts, write_facts
+from primal_dt.store.rundir import RunDir, safe_name
 from primal_dt.tools.corl import corl_scores, corl_table
 from primal_dt.tools.flatness import flatness_section
 from primal_dt.tools.paper import paper_scores
@@ -47,16 +51,15 @@ from primal_dt.tools.report_tables import (
 from primal_dt.tools.runs import (
     Row,
     RunSummary,
-    SameData,
     baseline_config,
     behaviour_scores,
     collect,
     count_once,
     group,
-    same_data,
     task_datasets,
     unique,
 )
+from primal_dt.tools.same_data import SameData, same_data
 
 # ---- figures ----------------------------------------------------------------------------------
 
@@ -150,6 +153,22 @@ def _sections(text: str, pictures: list[str]) -> list[ReportSection]:
     return found
 
 
+def export_runs(summaries: list[RunSummary], folder: Path) -> Path:
+    """A copy of each run's records (RunDir.small_files) and its checkpoint's facts (facts.json)
+    under folder/<task>/<run>, from which `primal-dt report folder` makes the same report without
+    the checkpoints: the results page's data. Replaces the folder's last copy."""
+    shutil.rmtree(folder, ignore_errors=True)
+    for summary in summaries:
+        copy = RunDir(folder / safe_name(summary.task) / safe_name(summary.path.name))
+        copy.path.mkdir(parents=True)
+        for path in RunDir(summary.path).small_files():
+            shutil.copy2(path, copy.path / path.name)
+        if summary.step is not None and summary.parameters is not None:
+            spectra = None if summary.spectra is None else [s.tolist() for s in summary.spectra]
+            write_facts(copy, RunFacts(summary.step, summary.steps, summary.parameters, spectra))
+    return folder
+
+
 def write_report(
     runs_dirs: Path | Sequence[Path], out: Path | None = None, baseline: str | None = None
 ) -> tuple[str, list[Path]]:
@@ -217,6 +236,7 @@ def write_report(
     data = report_data(dirs, rows, counted_once, baseline, summed)
     data.lead, data.sections = lead, sections
     written[:0] = [out / "report.md", write_report_data(data, out / "report.json")]
+    written.append(export_runs(counted_once, out / "runs"))
     for runs_dir in dirs:
         remove_root_layout(runs_dir)
     for summary in found:

@@ -22,9 +22,9 @@ from primal_dt.tools.paired import (
 from primal_dt.tools.runs import (
     Row,
     RunSummary,
-    SameData,
     unique,
 )
+from primal_dt.tools.same_data import SameData
 from primal_dt.tools.statistics import (
     BOOTSTRAP_REPS,
     BOOTSTRAP_SEED,

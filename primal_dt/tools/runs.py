@@ -8,7 +8,7 @@ datasets are the same data are decided in one place.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 
 from primal_dt.common.errors import PrimalDTError, did_you_mean
-from primal_dt.data.episodes import ReferenceScores, load_task_data, open_dataset
+from primal_dt.data.episodes import ReferenceScores, load_task_data
 from primal_dt.data.sources import find_dataset
 from primal_dt.data.tasks import Task, load_envs
 from primal_dt.evaluation.conditioning import read_curve
 from primal_dt.method.registry import aux_loss_name
 from primal_dt.store.results import EvalResult, read_results, target_score
+from primal_dt.store.run_facts import read_facts
 from primal_dt.store.runconfig import read_run_config
 from primal_dt.store.rundir import RunDir, find_runs, run_dir_name
 from primal_dt.store.snapshots import read_snapshot
@@ -120,7 +121,13 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
     summary.sessions = training_sessions(points, records)
     summary.curve = read_curve(run_dir)
     if not run_dir.checkpoint.exists():
-        summary.notes.append("no checkpoint")
+        facts = read_facts(run_dir)  # a report's copy of the run (report.export_runs)
+        if facts is None:
+            summary.notes.append("no checkpoint")
+            return summary
+        summary.step, summary.steps, summary.parameters = facts.step, facts.steps, facts.parameters
+        summary.spectra = None if facts.spectra is None else [np.array(s) for s in facts.spectra]
+        _final_at_checkpoint(summary, finals)
         return summary
     try:
         snapshot = read_snapshot(run_dir.checkpoint)
@@ -129,10 +136,7 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
         return summary
     summary.step, summary.steps = snapshot.step, snapshot.config.train.steps
     summary.parameters = sum(p.numel() for p in snapshot.build_model().parameters())
-    if finals and finals[-1].step != summary.step:
-        summary.notes.append(
-            f"final evaluation at step {finals[-1].step}, checkpoint at {summary.step}"
-        )
+    _final_at_checkpoint(summary, finals)
     _describe_task(summary, snapshot.task.reference, list(snapshot.task.dataset_ids))
     if spectra:
         from primal_dt.evaluation.spectrum import checkpoint_spectra
@@ -144,6 +148,13 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
     return summary
 
 
+def _final_at_checkpoint(summary: RunSummary, finals: list[EvalResult]) -> None:
+    if finals and finals[-1].step != summary.step:
+        summary.notes.append(
+            f"final evaluation at step {finals[-1].step}, checkpoint at {summary.step}"
+        )
+
+
 def _describe_task(summary: RunSummary, reference: ReferenceScores | None, ids: list[str]) -> None:
     summary.normalized = reference is not None
     summary.reference = reference_note(summary.task, reference) if reference else None
@@ -151,8 +162,16 @@ def _describe_task(summary: RunSummary, reference: ReferenceScores | None, ids: 
     summary.dataset_ids = list(ids)
 
 
+def _in_a_report(folder: Path, runs_dir: Path) -> bool:
+    """Whether a run folder lies in a report's folder below runs_dir (one holding report.json):
+    that report's copy of its runs (report.export_runs), not runs of their own."""
+    below = folder.relative_to(runs_dir).parents
+    return any((runs_dir / parent / "report.json").exists() for parent in below if parent.parts)
+
+
 def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> list[RunSummary]:
-    """Every run under runs_dir (folders holding config.json), except those under skip."""
+    """Every run under runs_dir (folders holding config.json), except those under skip and the
+    copies of runs in reports' folders below runs_dir (report.export_runs)."""
     if not runs_dir.is_dir():
         raise ReportError(
             f"{runs_dir} is not a directory; give the folder a sweep wrote its runs to"
@@ -160,7 +179,8 @@ def collect(runs_dir: Path, skip: Path | None = None, spectra: bool = True) -> l
     folders = [
         path
         for path in find_runs(runs_dir)
-        if skip is None or skip.resolve() not in [path.resolve(), *path.resolve().parents]
+        if (skip is None or skip.resolve() not in [path.resolve(), *path.resolve().parents])
+        and not _in_a_report(path, runs_dir)
     ]
     if not folders:
         raise ReportError(
@@ -360,88 +380,3 @@ def _behaviour(task: str, ids: list[str], reference: ReferenceScores | None) -> 
     returns = np.array([float(episode.rewards.sum()) for episode in data.episodes])
     value = returns.mean() if reference is None else reference.normalize(returns).mean()
     return Behaviour(float(value), reference is not None, len(returns))
-
-
-def dataset_provenance(dataset_id: str) -> dict[str, Any] | None:
-    """The "provenance" a dataset made by primal-dt datasets make records (data/recipes.py), or
-    None: not made by primal-dt, or not on this machine."""
-    if find_dataset(dataset_id) is None:
-        return None
-    try:
-        provenance = open_dataset(dataset_id, download=False).storage.metadata.get("provenance")
-    except PrimalDTError:
-        return None
-    return provenance if isinstance(provenance, dict) else None
-
-
-Provenance = Callable[[str], dict[str, Any] | None]
-
-
-def data_identity(dataset_id: str, provenance: Provenance = dataset_provenance) -> frozenset[tuple]:
-    """What makes a dataset's data what it is: for one primal-dt recorded, its recipe, environment,
-    the sha256 of its policy file and its seed (so a copy under another id is the same data); for
-    a combined one (medium-expert), its parts'; for any other, its id."""
-    return _identity(dataset_id, provenance(dataset_id))
-
-
-def _identity(dataset_id: str, made: dict[str, Any] | None) -> frozenset[tuple]:
-    if not made or "recipe" not in made:
-        return frozenset({("id", dataset_id)})
-    sources = made.get("sources")
-    if isinstance(sources, list) and sources:
-        parts: frozenset[tuple] = frozenset()
-        for source in sources:
-            parts |= _identity(str(source["id"]), source.get("provenance"))
-        return parts
-    policy = made.get("policy")
-    if isinstance(policy, dict):
-        policy = policy.get("sha256")
-    training = made.get("training")
-    if policy is None and isinstance(training, dict):  # medium-replay: the policy it reached
-        policy = (training.get("medium_policy") or {}).get("sha256")
-    return frozenset({("made", made["recipe"], made.get("env_id"), policy, made.get("seed"))})
-
-
-@dataclass(frozen=True)
-class SameData:
-    """A task whose datasets are the same data as an earlier task's (in sorted task order)."""
-
-    task: str
-    same_as: str
-    how: str
-
-
-def same_data(
-    datasets: dict[str, list[str]], provenance: Provenance = dataset_provenance
-) -> list[SameData]:
-    """The tasks (in sorted order) whose data an earlier task already has: the same provenance
-    for every dataset of theirs (a combined task: the same set of parts)."""
-    first: dict[frozenset[tuple], str] = {}
-    found = []
-    for task in sorted(datasets):
-        identity: frozenset[tuple] = frozenset()
-        for dataset_id in datasets[task]:
-            identity |= data_identity(dataset_id, provenance)
-        if not identity:
-            continue
-        if identity in first:
-            found.append(SameData(task, first[identity], _how(identity)))
-        else:
-            first[identity] = task
-    return found
-
-
-def _how(identity: frozenset[tuple]) -> str:
-    parts = []
-    for part in sorted(identity, key=repr):
-        if part[0] == "id":
-            parts.append(f"dataset {part[1]}")
-        else:
-            _, recipe, env_id, policy, seed = part
-            policy = (
-                f"policy sha256 {policy[:12]}"
-                if policy and policy != "uniform-random"
-                else (policy or "no policy file")
-            )
-            parts.append(f"recipe {recipe} on {env_id}, {policy}, seed {seed}")
-    return "; ".join(parts)

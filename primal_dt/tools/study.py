@@ -37,6 +37,9 @@ from primal_dt.tools.study_datasets import dataset_folder, make_arguments, recor
 REPOSITORY = Path(__file__).resolve().parents[2]  # a clone's (the docs are not in a wheel)
 FIGURES = REPOSITORY / "scripts" / "figures"
 RESULTS_PAGE = REPOSITORY / "docs" / "results.md"
+# Each section's runs as small text (the report's runs/ copy), from which `primal-dt report
+# results-data/<section>` makes the section's report again without the checkpoints.
+RESULTS_DATA = REPOSITORY / "results-data"
 # The command line that made a section, for its first line, per dataset quality.
 COMMAND = "python scripts/results.py"
 QUALITY_FLAG = {"medium-replay": " --replay", "medium-expert": " --medium-expert"}
@@ -153,11 +156,21 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
     head = study_line(COMMAND, section, data.study, compared, study.seed_count)
     text = f"{head}\n\n{section_text(data, link)}"
     if write is not None:
+        keep_data(reported, section)
         write(section, text)
         if section == "results":  # the matched study on the medium datasets: the page's first
             write("results-first", first_paragraph(data, corl_scores()))
         _write_page_wide(write)
     return text
+
+
+def keep_data(reported: Path, section: str) -> Path:
+    """The report's copy of the runs (report.export_runs) as the section's data in the clone,
+    replacing what an earlier study of the section left."""
+    kept = RESULTS_DATA / section
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(reported / "runs", kept)
+    return kept
 
 
 def combine(study: Study, run: Command, write: WriteSection | None = None) -> str:

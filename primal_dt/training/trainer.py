@@ -115,8 +115,8 @@ class Trainer:
         self.compile_pending = self.config.train.compile
         self.say: Callable[[str], None] = partial(print, file=sys.stderr)  # begin() sets it
         self.tick = time.perf_counter()  # when the last log was (begin() sets it)
-        self.session_start = time.time()  # when this session began (begin() sets it)
-        self.session_first = self.step  # the step it began at (begin() sets it)
+        # When this session began, and at which step (begin() sets them; training.jsonl's).
+        self.session_start, self.session_first = time.time(), self.step
 
     def hold(self) -> None:
         """Take the run directory's locks (see RunLock): a second writer is refused, and then
@@ -381,17 +381,15 @@ class Trainer:
         self.pending_count += 1
 
     def _open_writer(self, stack: ExitStack) -> SummaryWriter:
-        """TensorBoard (dashboards.training_writer); the stack closes it however the loop ends.
-        Also the session's start, which the training log records."""
+        """TensorBoard (dashboards.training_writer), closed by the stack; the session's start."""
         self.session_start, self.session_first = round(time.time(), 3), self.step
-        writer = training_writer(
-            self.run_dir.path, self.step, self.data.task.name, self.config, self.model.aux_loss_name
+        task, aux_name = self.data.task.name, self.model.aux_loss_name
+        return stack.enter_context(
+            training_writer(self.run_dir.path, self.step, task, self.config, aux_name)
         )
-        return stack.enter_context(writer)
 
     def _log(self, writer: SummaryWriter, bar: Progress | None, tick: float) -> float:
-        """The mean of each metric since the last log to TensorBoard, the training log and the bar;
-        returns the time of this log."""
+        """Each metric's mean since the last log to TensorBoard, training.jsonl and the bar."""
         self._check_finite()
         now = time.perf_counter()
         names = list(self.pending)
@@ -405,9 +403,10 @@ class Trainer:
             "steps_per_sec": self.pending_count / (now - tick),
         }
         log_training(writer, self.step, scalars)
-        now_wall = round(time.time(), 3)
-        point = LogPoint(self.step, self.session_start, self.session_first, now_wall, scalars)
-        append_point(self.run_dir, point)
+        at = round(time.time(), 3)
+        append_point(
+            self.run_dir, LogPoint(self.step, self.session_start, self.session_first, at, scalars)
+        )
         postfix: dict[str, str] = {"action": f"{means['action_loss']:.4f}"}
         postfix[aux_name.removesuffix("_loss")] = f"{means[aux_name]:.3g}"  # ksvd=...
         if bar is not None:
