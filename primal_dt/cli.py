@@ -44,6 +44,11 @@ def _add_datasets_parser(commands: argparse._SubParsersAction) -> None:
     )
     make.add_argument("--ref-episodes", type=int, help="episodes per reference score (10)")
     make.add_argument(
+        "--reference",
+        metavar="FILE",
+        help="the environment's reference scores from this file (datasets reference), not measured",
+    )
+    make.add_argument(
         "--target-return",
         type=float,
         help="medium-replay: stop SAC at this evaluation return (default: expert reference / 3)",
@@ -59,6 +64,19 @@ def _add_datasets_parser(commands: argparse._SubParsersAction) -> None:
     make.add_argument("--force", action="store_true", help="replace an existing dataset")
     make.add_argument("--no-progress", action="store_true", help="no progress bar")
     make.set_defaults(func=handlers.datasets_make)
+
+    reference = actions.add_parser(
+        "reference",
+        help="measure an environment's reference scores once, to a standard error under 0.5%%",
+    )
+    reference.add_argument("--env", required=True, help=_env_names())
+    reference.add_argument(
+        "--expert-policy", metavar="FILE", required=True, help="SB3 SAC/TQC .zip"
+    )
+    reference.add_argument(
+        "--out", metavar="FILE", required=True, help="the references file (JSON)"
+    )
+    reference.set_defaults(func=handlers.datasets_reference)
 
 
 def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:

@@ -231,6 +231,16 @@ def datasets_make(args: argparse.Namespace) -> int:
     return 0
 
 
+def datasets_reference(args: argparse.Namespace) -> int:
+    from primal_dt.data.references import measure_into
+
+    found = measure_into(
+        Path(args.out), args.env, args.expert_policy, lambda line: print(line, file=sys.stderr)
+    )
+    print(f"{found.env_id}: random {found.random:.2f}, expert {found.expert:.2f} -> {args.out}")
+    return 0
+
+
 def sweep(args: argparse.Namespace) -> int:
     from primal_dt.tools.grid import SweepOptions, parse_list
     from primal_dt.tools.sweep import train_grid

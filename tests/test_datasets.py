@@ -20,9 +20,16 @@ from stable_baselines3 import SAC
 
 from primal_dt.cli import main
 from primal_dt.common.errors import TaskError
+from primal_dt.data import references
 from primal_dt.data.episodes import load_task_data
 from primal_dt.data.recipes import _write_in_place
-from primal_dt.data.recording import mean_return, random_policy, record_episodes, write_dataset
+from primal_dt.data.recording import (
+    mean_return,
+    random_policy,
+    record_episodes,
+    sb3_policy,
+    write_dataset,
+)
 from primal_dt.data.sources import BUNDLED_ROOT, origin
 from primal_dt.data.tasks import resolve_task
 from primal_dt.store.snapshots import read_snapshot
@@ -349,6 +356,47 @@ def test_bundled_dataset_loads_and_trains_end_to_end(tmp_path, capsys) -> None:
     assert task.reference.expert == metadata["ref_max_score"]
     assert not (empty / "primal-dt").exists()  # read in place, never copied
     json.dumps(provenance)  # plain JSON all the way down
+
+
+def test_one_reference_per_environment_measured_to_a_standard_error_and_used_by_make(
+    root, tmp_path, monkeypatch, capsys
+) -> None:
+    """datasets reference: episodes added a batch at a time until each mean's standard error is
+    under the tolerance (of the expert's mean), against a direct computation; datasets make
+    --reference writes that pair into the dataset's metadata, and refuses a file without the
+    environment or measured with another expert, before recording anything."""
+    monkeypatch.setattr(references, "BATCH", 2)  # (10 at a time in earnest)
+    monkeypatch.setattr(references, "TOLERANCE", 0.05)
+    tqc, sac = policy_file("tqc", HOPPER), policy_file("sac", HOPPER)
+    out = tmp_path / "references.json"
+    args = ["datasets", "reference", "--env", "hopper", "--expert-policy", str(tqc)]
+    assert main([*args, "--out", str(out)]) == 0
+    found = references.read_references(out)["Hopper-v5"]
+    expert = [
+        float(np.sum(b.rewards))
+        for b in record_episodes(
+            HOPPER, sb3_policy(tqc, False, 200_000, HOPPER), found.expert_episodes, 200_000
+        )
+    ]
+    assert found.expert_episodes >= 4 and found.expert == pytest.approx(np.mean(expert))
+    assert found.expert_se == pytest.approx(np.std(expert, ddof=1) / np.sqrt(len(expert)))
+    assert found.expert_se <= 0.05 * found.expert and found.random_se <= 0.05 * found.expert
+    assert found.expert_policy["sha256"] == sha256(tqc) and found.random < 100 < found.expert
+    # Used by make: the file's pair in the metadata, measured nothing.
+    medium = ["--recipe", "policy", "--policy", str(sac), "--episodes", "1", "--expert-policy"]
+    assert make(*medium, str(tqc), "--name", "referenced", "--reference", str(out)) == 0
+    metadata = minari.load_dataset("primal-dt/hopper/referenced-v0").storage.metadata
+    assert (metadata["ref_min_score"], metadata["ref_max_score"]) == (found.random, found.expert)
+    assert metadata["provenance"]["reference"]["how"] == found.how
+    assert f"{found.expert_episodes} of tqc/Hopper-v5.zip" in found.how
+    capsys.readouterr()
+    # Refused in one line before recording: another expert, no such environment in the file.
+    assert make(*medium, str(sac), "--name", "other", "--reference", str(out)) == 2
+    assert "measured with another expert policy" in capsys.readouterr().err
+    out.write_text("{}")
+    assert make(*medium, str(tqc), "--name", "other", "--reference", str(out)) == 2
+    assert "has no reference scores for Hopper-v5" in capsys.readouterr().err
+    assert not (root / "primal-dt" / "hopper" / "other-v0").exists()
 
 
 @pytest.mark.parametrize(

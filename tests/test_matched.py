@@ -14,6 +14,7 @@ from conftest import ROOT
 
 from primal_dt.cli import build_parser
 from primal_dt.common.loading import load_config, named_config_path
+from primal_dt.data.references import reference_for
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
@@ -127,6 +128,14 @@ def test_the_recorded_datasets_are_made_from_the_kept_policies_and_their_sac_run
                 assert options.recipe == "medium-replay" and options.seed == int(seeds[gym_id])
                 assert options.max_steps == 120000
     assert make_arguments("hopper-simple", tmp_path, 1000) is None
+    # One pair of reference scores per environment, of the expert each dataset names, with a
+    # standard error under 0.5% of the expert's mean.
+    for env, (gym_id, _) in RECORDED.items():
+        arguments = make_arguments(f"{env}-medium", tmp_path, 1000)
+        assert arguments is not None
+        options = build_parser().parse_args(["datasets", "make", *arguments])
+        found = reference_for(Path(options.reference), gym_id, options.expert_policy)
+        assert max(found.random_se, found.expert_se) < 0.005 * found.expert, gym_id
 
 
 def test_medium_expert_is_recorded_after_its_parts_from_the_medium_and_expert_policies(
@@ -280,6 +289,19 @@ def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
         " at this budget (", ": +0.1 [-0.5, +0.7] over 5 paired seeds ("
     )
     assert "(each paired difference's 95% interval holds 0)" in summary(paired)
+    # Sections made with Holm's correction: their claims hold at a family-wise 5% already, and an
+    # interval that excludes 0 alone is no claim.
+    holm = page.replace(
+        "- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2]).",
+        "- a − b on t2: -3.0 [-4.0, -2.0] over 5 paired seeds (p = 0.001, Holm-adjusted over the "
+        "2 per-task tests 0.002): a scores below b; the study could detect 2.9 points.",
+    )
+    assert "a difference on 1 of 2: a − b on t2" in summary(holm)
+    alone = holm.replace(
+        "a scores below b;",
+        "no difference detected at a family-wise 5% (the interval alone excludes 0);",
+    )
+    assert "(none survives Holm's correction over the per-task tests)" in summary(alone)
     # The power over tasks, where a section has it, beside the verdict.
     over = "a − b over 3 tasks (5 paired seeds each): +0.4 [...]: the study could detect 4.1 points"
     with_power = page.replace(

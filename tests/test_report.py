@@ -545,6 +545,11 @@ def test_aggregates_with_enough_seeds_and_the_same_numbers_twice(
     assert again_text.split("\n", 1)[1] == text.split("\n", 1)[1]
     from_data = read_report_data(tmp_path / "from_data" / "report.json")
     assert dataclasses.replace(from_data, dirs=data.dirs) == data
+    # A report whose copy of the runs would replace the runs it reads is refused, nothing lost.
+    assert main(["report", str(exported), "--out", str(report)]) == 2
+    assert len(list(exported.rglob("facts.json"))) == 26
+    assert main(["report", str(runs), "--out", str(runs.parent)]) == 2  # out/runs is the input
+    assert len(list(runs.rglob("ckpt.pt"))) == 26
 
 
 def test_one_seed_or_one_task_says_what_cannot_be_computed(trained: Path, tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from primal_dt.data.recording import (
     versions,
     write_dataset,
 )
+from primal_dt.data.references import reference_for
 from primal_dt.data.sources import local_id, minari_root, minari_root_at, origin
 from primal_dt.data.tasks import EnvInfo, load_envs, make_env, resolve_dataset_ids
 
@@ -59,6 +60,7 @@ class MakeOptions:
     seed: int = 0
     expert_policy: str | None = None
     ref_episodes: int = 10
+    reference: str | None = None  # a references file (references.py): its pair, not measured
     target_return: float | None = None  # medium-replay: default a third of the expert reference
     max_steps: int = 1_000_000
     eval_every: int = 5000
@@ -107,6 +109,10 @@ def _check(options: MakeOptions) -> tuple[EnvInfo, str]:
     for label, path in (("--policy", options.policy), ("--expert-policy", options.expert_policy)):
         if path and not Path(path).is_file():
             raise DatasetError(f"{label} {path}: no such file")
+    if options.reference and not options.expert_policy:
+        raise DatasetError("--reference FILE gives the expert's scores: give --expert-policy too")
+    if options.reference:  # refused now, not after an hour of recording
+        reference_for(Path(options.reference), env.gym_id, options.expert_policy or "")
     for label, value in (
         ("--episodes", options.episodes),
         ("--steps", options.steps),
@@ -127,9 +133,14 @@ def _check(options: MakeOptions) -> tuple[EnvInfo, str]:
 
 
 def _reference(options: MakeOptions, env: EnvInfo, log: Log) -> dict[str, Any] | None:
-    """Mean returns of uniform-random actions and of the expert policy, measured on v5."""
+    """Mean returns of uniform-random actions and of the expert policy, measured on v5 (or read
+    from the --reference file, measured once for the environment: references.py)."""
     if not options.expert_policy:
         return None
+    if options.reference:
+        return reference_for(
+            Path(options.reference), env.gym_id, options.expert_policy
+        ).provenance()
     n = options.ref_episodes
     log(f"measuring reference scores on {env.gym_id}: {n} random and {n} expert episodes")
     space = _action_space(env.gym_id)

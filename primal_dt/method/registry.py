@@ -87,6 +87,26 @@ def check_kinds(config: ModelConfig) -> None:
         kind_settings(kind, config)
 
 
+def check_settings_by_task(by_task: dict[str, dict[str, Any]]) -> None:
+    """attention_settings_by_task names known kinds and their own settings: a ConfigError naming
+    the key otherwise (a misspelt kind would otherwise be ignored without a word)."""
+    for kind, settings in by_task.items():
+        key = f"attention_settings_by_task.{kind}"
+        if kind not in ATTENTIONS:
+            raise ConfigError(
+                f"{key}: unknown attention {kind!r}{did_you_mean(kind, ATTENTIONS)}; one of "
+                f"{', '.join(ATTENTIONS)}"
+            )
+        cls = attention_class(kind).settings_class
+        fields = [item.name for item in dataclasses.fields(cls)] if cls is not None else []
+        for name in settings:
+            if name not in fields:
+                raise ConfigError(
+                    f"unknown setting {key}.{name}{did_you_mean(name, fields)}; {kind}'s "
+                    f"settings: {', '.join(fields) or 'none'}"
+                )
+
+
 def kind_settings(kind: str, config: ModelConfig) -> Any:
     """A kind's settings: its settings class (the kind's `settings_class`) filled from
     model.attention_settings.<kind>, the rest defaults, checked; None for a kind without

@@ -54,7 +54,7 @@ def atomic_copy(source: Path, path: Path) -> None:
 
 def append_line(path: Path, line: str) -> None:
     """One line, written with a single append so concurrent writers never interleave (eval.jsonl,
-    train.jsonl). A line the disk has no room for raises OSError and leaves nothing: never a line
+    training.jsonl). A line the disk has no room for raises OSError and leaves nothing: never a line
     cut short, which the next line would be glued onto."""
     data = line.encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

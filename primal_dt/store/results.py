@@ -53,7 +53,7 @@ class EvalResult:
     score: float | None = None
     seconds: float = 0.0
     # the wall-clock time it ended (seconds since the epoch; None in records older than this
-    # field): what ends a training session whose last act it was (trainlog.training_sessions)
+    # field): what ends a training session whose last act it was (training_log.training_sessions)
     finished_at: float | None = None
     dataset_best_return: float | None = None
     device: str = ""  # where the policy acted ("" in records older than this field)

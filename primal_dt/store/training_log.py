@@ -13,6 +13,7 @@ that was spent; the curve drops every line a later session's start supersedes (c
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,6 +33,27 @@ class LogPoint:
     first: int  # the step that session began at (0, or the checkpoint it resumed)
     time: float  # when it was logged
     scalars: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Session:
+    """A session (one `train` command) as the log knows it: when it began and at which step."""
+
+    start: float
+    first: int
+
+
+def begin_session(run: RunDir, step: int) -> Session:
+    """A session starting at step, logged as a point without scalars: it counts from here, whether
+    it logs anything or not (a --resume at the last step only evaluates)."""
+    session = Session(round(time.time(), 3), step)
+    log_point(run, session, step, {})
+    return session
+
+
+def log_point(run: RunDir, session: Session, step: int, scalars: dict[str, float]) -> None:
+    """One log point of a session, at this time."""
+    append_point(run, LogPoint(step, session.start, session.first, round(time.time(), 3), scalars))
 
 
 def append_point(run: RunDir, point: LogPoint) -> None:

@@ -25,7 +25,7 @@ from primal_dt.common.config import MECHANICS, Config
 from primal_dt.common.errors import PrimalDTError, check_folder
 from primal_dt.common.loading import load_config, named_config_path, option_overrides
 from primal_dt.data.tasks import resolve_task
-from primal_dt.method.registry import check_kinds
+from primal_dt.method.registry import check_kinds, check_settings_by_task
 from primal_dt.store.results import final_missing
 from primal_dt.store.rundir import RunDir, run_dir_name
 from primal_dt.store.snapshots import read_snapshot
@@ -176,6 +176,7 @@ def plan(options: SweepOptions) -> list[GridCell]:
                 ]
                 config = load_config(path, overrides, task)
                 check_kinds(config.model)  # kinds and their settings, before anything starts
+                check_settings_by_task(config.attention_settings_by_task)
                 run_dir = RunDir(options.runs_dir.resolve() / run_dir_name(task, name, seed))
                 steps, device = config.train.steps, config.train.device
                 cell = GridCell(task, name, arg, seed, run_dir, steps, overrides, device)

@@ -243,7 +243,7 @@ class PairedOverTasks:
     config: str
     baseline: str
     tasks: list[str]
-    pairs: int  # per task (the fewest any task has: each task's first, by seed)
+    pairs: int  # the seeds paired on every task
     point: float
     interval: Interval  # Student's t, 95%, of mean(D)
     p_value: float
@@ -253,11 +253,14 @@ class PairedOverTasks:
 
 
 def paired_over_tasks(pairs: list[Paired]) -> PairedOverTasks | None:
-    """Over the tasks of `pairs` (at least 2, each with at least 2 pairs), or None."""
-    if len(pairs) < 2 or min(len(p.differences) for p in pairs) < 2:
+    """Over the tasks of `pairs` (at least 2) and the seeds paired on all of them (at least 2),
+    or None."""
+    common = sorted(set.intersection(*(set(p.seeds) for p in pairs))) if pairs else []
+    if len(pairs) < 2 or len(common) < 2:
         return None
-    n = min(len(p.differences) for p in pairs)
-    seed_means = np.array([p.differences[:n] for p in pairs]).mean(axis=0)  # D_i
+    n = len(common)
+    by_seed = [dict(zip(p.seeds, p.differences, strict=True)) for p in pairs]
+    seed_means = np.array([[found[s] for s in common] for found in by_seed]).mean(axis=0)  # D_i
     interval, p_value = t_interval(seed_means), t_test_p(seed_means)
     assert interval is not None and p_value is not None, "at least 2 seeds"
     std = float(seed_means.std(ddof=1))

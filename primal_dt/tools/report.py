@@ -49,6 +49,7 @@ from primal_dt.tools.report_tables import (
     write_csv,
 )
 from primal_dt.tools.runs import (
+    ReportError,
     Row,
     RunSummary,
     baseline_config,
@@ -155,18 +156,35 @@ def _sections(text: str, pictures: list[str]) -> list[ReportSection]:
 
 def export_runs(summaries: list[RunSummary], folder: Path) -> Path:
     """A copy of each run's records (RunDir.small_files) and its checkpoint's facts (facts.json)
-    under folder/<task>/<run>, from which `primal-dt report folder` makes the same report without
-    the checkpoints: the results page's data. Replaces the folder's last copy."""
-    shutil.rmtree(folder, ignore_errors=True)
+    under folder/<task>/<config>-s<seed>, from which `primal-dt report folder` makes the same
+    report without the checkpoints: the results page's data. Made beside the folder, then put in
+    place of its last copy."""
+    staging = folder.with_name(f".{folder.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
     for summary in summaries:
-        copy = RunDir(folder / safe_name(summary.task) / safe_name(summary.path.name))
+        copy = RunDir(staging / summary.name)  # unique: the runs are counted once
         copy.path.mkdir(parents=True)
         for path in RunDir(summary.path).small_files():
             shutil.copy2(path, copy.path / path.name)
         if summary.step is not None and summary.parameters is not None:
             spectra = None if summary.spectra is None else [s.tolist() for s in summary.spectra]
             write_facts(copy, RunFacts(summary.step, summary.steps, summary.parameters, spectra))
+    staging.mkdir(exist_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
     return folder
+
+
+def _check_copy_place(folder: Path, dirs: list[Path], found: list[RunSummary]) -> None:
+    """The report's copy of the runs replaces whatever is at folder: refused where that holds a
+    runs directory it reads or a run, before anything is written."""
+    target = folder.resolve()
+    inputs = [*(d.resolve() for d in dirs), *(s.path.resolve() for s in found)]
+    if any(path == target or target in path.parents for path in inputs):
+        raise ReportError(
+            f"--out {folder.parent}: the report writes its copy of the runs to {folder}, which "
+            f"holds runs it reads; give --out a folder of its own"
+        )
 
 
 def write_report(
@@ -181,6 +199,7 @@ def write_report(
     out = out or dirs[0] / "report"
     check_folder(out, "--out")
     found = [summary for runs_dir in dirs for summary in collect(runs_dir, skip=out)]
+    _check_copy_place(out / "runs", dirs, found)
     counted_once, left_out = count_once(found)
     baseline = baseline_config(counted_once, baseline)  # a wrong --baseline: before any write
     out.mkdir(parents=True, exist_ok=True)
@@ -240,5 +259,6 @@ def write_report(
     for runs_dir in dirs:
         remove_root_layout(runs_dir)
     for summary in found:
-        copy_run(summary.path, summary.task)
+        if not RunDir(summary.path).facts.exists():  # a run, not a report's copy of one
+            copy_run(summary.path, summary.task)
     return table, written

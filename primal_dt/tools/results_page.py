@@ -12,7 +12,7 @@ from datetime import date
 
 from primal_dt.tools.corl import CorlScores
 from primal_dt.tools.flatness import FLAT_MARGIN
-from primal_dt.tools.paired import Paired, PairedOverTasks, over_tasks_sentence
+from primal_dt.tools.paired import PairedOverTasks, over_tasks_sentence
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report_comparisons import (
     LAST_QUARTER_OVER_TASKS_HEADING,
@@ -159,10 +159,3 @@ def first_paragraph(data: ReportData, corl: CorlScores) -> str:
         f"CORL's published DT score on D4RL's data of the same name (a side table, not a "
         f"comparison of methods: other data and environment versions): {fractions}. {detect}"
     )
-
-
-def paired_sentences(data: ReportData, last_quarter: bool = False) -> list[Paired]:
-    """The report's paired differences per task (at the final evaluation, or over the last
-    quarter), as paired.Paired, whose sentences the report wrote."""
-    found = data.last_quarter if last_quarter else data.paired
-    return [Paired(p.task, p.config, p.baseline, p.seeds, p.differences) for p in found]

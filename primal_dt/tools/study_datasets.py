@@ -5,15 +5,18 @@ in tests/policies (tests/policies/README.md: how each was made, and what it reac
 of the SAC run that made the medium policy, trained again with the same seed, budget and one
 thread, as D4RL made its medium-replay data; <env>-expert: episodes of the TQC expert in
 tests/policies/tqc; <env>-medium-expert: the medium and expert datasets in one, equal in steps,
-as D4RL's (a million steps of each).
+as D4RL's (a million steps of each). Every dataset of an environment is normalised with the same
+reference scores (tests/policies/references.json), measured once for it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-# The repository's behaviour policies (a clone's tests/policies; not in an installed wheel).
+# The repository's behaviour policies (a clone's tests/policies; not in an installed wheel), and
+# the reference scores of each environment, measured once with its expert (data/references.py).
 POLICIES = Path(__file__).resolve().parents[2] / "tests" / "policies"
+REFERENCES = POLICIES / "references.json"
 # Each environment recorded here, with the seed of the SAC run that made its medium policy.
 RECORDED = {
     "halfcheetah": ("HalfCheetah-v5", 0),
@@ -43,7 +46,7 @@ def make_arguments(task: str, root: Path, steps: int) -> list[str] | None:
     gym_id, sac_seed = RECORDED[name]
     common = [
         *("--env", name, "--expert-policy", str(POLICIES / "tqc" / f"{gym_id}.zip")),
-        "--no-progress",
+        *("--reference", str(REFERENCES), "--no-progress"),
     ]
     if quality in ("medium", "expert"):
         policy = POLICIES / ("medium" if quality == "medium" else "tqc") / f"{gym_id}.zip"

@@ -30,7 +30,7 @@ from primal_dt.data.episodes import TaskData, WindowSampler, load_task_data
 from primal_dt.data.tasks import Task
 from primal_dt.evaluation.evaluators import make_evaluator
 from primal_dt.method.model import DecisionTransformer
-from primal_dt.method.registry import check_kinds
+from primal_dt.method.registry import check_kinds, check_settings_by_task
 from primal_dt.store.atomic import atomic_copy
 from primal_dt.store.locks import RunLock
 from primal_dt.store.results import drop_results_after, final_missing
@@ -226,6 +226,7 @@ def start_run(
     run = RunDir(run_dir)
     check_free(run_dir)
     check_kinds(config.model)  # before the dataset is loaded
+    check_settings_by_task(config.attention_settings_by_task)
     data = data or load_task_data(task, config.data.download)
     asked = config.train.precision
     trainer = assemble(config, data, run_dir)  # everything is checked: now write

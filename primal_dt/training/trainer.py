@@ -43,7 +43,7 @@ from primal_dt.store.snapshots import (
     TrainingState,
     write_snapshot,
 )
-from primal_dt.store.training_log import LogPoint, append_point
+from primal_dt.store.training_log import Session, begin_session, log_point
 from primal_dt.training.compiling import (
     compile_cache,
     damaged_files,
@@ -115,8 +115,7 @@ class Trainer:
         self.compile_pending = self.config.train.compile
         self.say: Callable[[str], None] = partial(print, file=sys.stderr)  # begin() sets it
         self.tick = time.perf_counter()  # when the last log was (begin() sets it)
-        # When this session began, and at which step (begin() sets them; training.jsonl's).
-        self.session_start, self.session_first = time.time(), self.step
+        self.session = Session(time.time(), self.step)  # (_open_writer's)
 
     def hold(self) -> None:
         """Take the run directory's locks (see RunLock): a second writer is refused, and then
@@ -382,7 +381,7 @@ class Trainer:
 
     def _open_writer(self, stack: ExitStack) -> SummaryWriter:
         """TensorBoard (dashboards.training_writer), closed by the stack; the session's start."""
-        self.session_start, self.session_first = round(time.time(), 3), self.step
+        self.session = begin_session(self.run_dir, self.step)
         task, aux_name = self.data.task.name, self.model.aux_loss_name
         return stack.enter_context(
             training_writer(self.run_dir.path, self.step, task, self.config, aux_name)
@@ -403,10 +402,7 @@ class Trainer:
             "steps_per_sec": self.pending_count / (now - tick),
         }
         log_training(writer, self.step, scalars)
-        at = round(time.time(), 3)
-        append_point(
-            self.run_dir, LogPoint(self.step, self.session_start, self.session_first, at, scalars)
-        )
+        log_point(self.run_dir, self.session, self.step, scalars)
         postfix: dict[str, str] = {"action": f"{means['action_loss']:.4f}"}
         postfix[aux_name.removesuffix("_loss")] = f"{means[aux_name]:.3g}"  # ksvd=...
         if bar is not None:
