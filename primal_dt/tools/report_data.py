@@ -215,29 +215,12 @@ def _aggregate(found: Aggregate) -> AggregateResult:
 
 
 def _flatness(found: Flatness) -> FlatnessResult:
-    return FlatnessResult(
-        found.task,
-        found.config,
-        found.slopes,
-        found.mean,
-        found.interval,
-        found.equivalence,
-        found.flat,
-        found.verdict,
-    )
+    fields = dataclasses.asdict(found)
+    return FlatnessResult(**fields, mean=found.mean, flat=found.flat, verdict=found.verdict)
 
 
 def _corl(found: CorlRow) -> CorlResult:
-    return CorlResult(
-        found.task,
-        found.steps,
-        found.parameters,
-        found.mean,
-        found.interval,
-        found.corl_last,
-        found.corl_best,
-        found.fraction,
-    )
+    return CorlResult(**dataclasses.asdict(found), fraction=found.fraction)
 
 
 def study_facts(summaries: list[RunSummary]) -> StudyFacts:
