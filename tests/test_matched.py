@@ -579,7 +579,7 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
 
     def side(task: str, mean: float) -> CorlResult:
         last, best = corl.last[task], corl.best[task]
-        return CorlResult(task, [6000], [215000], mean, None, last, best, mean / last[0])
+        return CorlResult(task, [6000], [215000], mean, None, last, best, None, mean / last[0])
 
     def paired(config: str, task: str, detectable: float) -> PairedResult:
         differences = [1.0, 1.0]

@@ -768,11 +768,19 @@ def test_corl_side_table_sets_the_baseline_beside_corls_dt() -> None:
     assert text.startswith(CORL_HEADING)
     assert (
         f"| halfcheetah-medium | 6,000 steps, 215,000 parameters | 34.0 [{low:.1f}, {high:.1f}] "
-        f"| 42.2 ± 0.3 | 42.7 ± 0.1 | {34.0 / 42.2:.2f} |"
-    ) in text
+        f"| n/a | 42.2 ± 0.3 | 42.7 ± 0.1 | {34.0 / 42.2:.2f} |"
+    ) in text  # no reference scores given: the fraction on ours
+    # With the task's reference scores: the same returns on D4RL's (envs/halfcheetah.toml), and
+    # the fraction on that one scale.
+    ours = ReferenceScores(-250.0, 11500.0, "measured here")
+    returns = -250.0 + 34.0 / 100 * (11500.0 + 250.0)
+    d4rl = 100 * (returns - (-280.178953)) / (12135.0 - (-280.178953))
+    scaled = corl_table(rows, "dt", corl, {"halfcheetah-medium": ours})
+    assert f"| {d4rl:.1f} | 42.2 ± 0.3 | 42.7 ± 0.1 | {d4rl / 42.2:.2f} |" in scaled
     assert "hopper-medium" not in text and "swimmer" not in text
-    assert "| hopper-medium | 6,000 steps, 215,000 parameters | 9.0 one seed | 65.1 ± 1.6 " in (
-        corl_table(rows, "bc", corl)
+    assert (
+        "| hopper-medium | 6,000 steps, 215,000 parameters | 9.0 one seed | n/a | 65.1 ± 1.6 "
+        in (corl_table(rows, "bc", corl))
     )
     assert corl_table(rows[2:], "dt", corl) == ""
 

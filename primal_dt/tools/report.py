@@ -58,6 +58,7 @@ from primal_dt.tools.runs import (
     count_once,
     group,
     task_datasets,
+    task_references,
     unique,
 )
 from primal_dt.tools.same_data import SameData, same_data
@@ -243,7 +244,7 @@ def write_report(
             ]
         ),
         paper_table(paper_scores(), [row.task for row in rows if row.task != "average"]),
-        corl_table(rows, baseline, corl_scores()),
+        corl_table(rows, baseline, corl_scores(), task_references(counted_once)),
         "## Figures\n\n" + "\n".join(images),
         "## Notes\n\n" + ("\n".join(_notes(counted_once, rows, same)) or "none"),
     ]

@@ -35,10 +35,10 @@ from primal_dt.tools.paired import (
     paired_differences,
     paired_over_tasks,
 )
-from primal_dt.tools.runs import ReportError, Row, RunSummary, unique
+from primal_dt.tools.runs import ReportError, Row, RunSummary, task_references, unique
 from primal_dt.tools.statistics import METRICS, Aggregate
 
-VERSION = 3
+VERSION = 4
 
 
 @dataclass
@@ -83,7 +83,8 @@ class CorlResult:
     interval: tuple[float, float] | None
     corl_last: tuple[float, float]
     corl_best: tuple[float, float]
-    fraction: float
+    mean_d4rl: float | None  # the mean on D4RL's reference scores, CORL's scale
+    fraction: float  # on D4RL's scale (on ours where there is none)
 
 
 @dataclass
@@ -267,7 +268,8 @@ def report_data(
     data.paired, data.last_quarter = _paired(finals), _paired(lates)
     data.aggregates = [_aggregate(found) for found in aggregates]
     data.flatness = [_flatness(found) for found in flatness(summaries)]
-    data.corl = [_corl(found) for found in corl_rows(rows, baseline, corl_scores())]
+    references = task_references(summaries)
+    data.corl = [_corl(f) for f in corl_rows(rows, baseline, corl_scores(), references)]
     return data
 
 

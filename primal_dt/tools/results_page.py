@@ -156,6 +156,7 @@ def first_paragraph(data: ReportData, corl: CorlScores) -> str:
         f"{corl.steps:,} steps at which CORL trains DT, and, at batch {batch}, "
         f"{windows / theirs:.2%} of the windows it sees ({windows:,} against {theirs:,}); CORL's "
         f"DT is a model of {corl.model}. At this budget DT ({DT}) reaches, as a fraction of "
-        f"CORL's published DT score on D4RL's data of the same name (a side table, not a "
-        f"comparison of methods: other data and environment versions): {fractions}. {detect}"
+        f"CORL's published DT score on D4RL's data of the same name, both on D4RL's reference "
+        f"scores (a side table, not a comparison of methods: other data and environment "
+        f"versions): {fractions}. {detect}"
     )

@@ -327,6 +327,15 @@ def task_datasets(summaries: list[RunSummary]) -> dict[str, list[str]]:
     return dict(sorted(found.items()))
 
 
+def task_references(summaries: list[RunSummary]) -> dict[str, ReferenceScores]:
+    """Each task's reference scores, as its runs recorded them (the first run that did)."""
+    found: dict[str, ReferenceScores] = {}
+    for summary in sorted(summaries, key=lambda r: (r.task, r.config, r.seed)):
+        if summary.reference_scores is not None:
+            found.setdefault(summary.task, summary.reference_scores)
+    return found
+
+
 @dataclass(frozen=True)
 class Behaviour:
     """The mean return of a task's dataset episodes (the behaviour policy's), normalised with the
