@@ -245,6 +245,7 @@ def test_sweep_resumes_and_reports(minari_root, tmp_path, capsys) -> None:
         "report.csv",
         "report.json",
         "report.md",
+        "runs",  # its copy of the runs as small text
         "spectrum_hopper-expert.png",
         "spectrum_hopper-medium.png",
     ]
