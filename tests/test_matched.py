@@ -50,6 +50,7 @@ from primal_dt.tools.results_page import (
     section_text,
 )
 from primal_dt.tools.results_summary import SECTIONS, summary
+from primal_dt.tools.results_table import results_table
 from primal_dt.tools.runs import read_run
 from primal_dt.tools.study import Study, combine, comparison, record, run_study
 from primal_dt.tools.study_configs import bc_config, init_config, matched_config
@@ -614,6 +615,7 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
         4.1,
         11.8,
         19,
+        3.0,
     )
     data = ReportData(["runs"], 30, "matched-softmax", dataclasses.replace(FACTS, batch_sizes=[64]))
     data.corl = [side("halfcheetah-medium", 37.98), side("hopper-medium", 50.1)]
@@ -647,6 +649,13 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
         "b on t (still rising)." in text
     )
     assert "nothing to say" in first_paragraph(ReportData([], 0, None), corl)
+
+
+def test_the_pages_table_is_made_from_the_kept_runs() -> None:
+    """The results page's table says what results-data/ holds now."""
+    page = (ROOT / "docs" / "results.md").read_text()
+    shown = page.split("<!-- results-table:start -->\n", 1)[1].split("\n<!-- results-table:end")[0]
+    assert shown == results_table(study_module.kept_sections())
 
 
 def test_a_sections_data_is_the_reports_copy_of_its_runs(tmp_path: Path, monkeypatch) -> None:

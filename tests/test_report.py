@@ -40,11 +40,12 @@ from primal_dt.tools.flatness import (
     quarter_change,
     quarter_slope,
 )
-from primal_dt.tools.paired import holm
+from primal_dt.tools.paired import holm, seeds_for
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import write_report
 from primal_dt.tools.report_data import read_report_data
 from primal_dt.tools.report_tables import paper_table, spectrum_sentences
+from primal_dt.tools.results_table import results_table
 from primal_dt.tools.runs import (
     ReportError,
     Row,
@@ -862,3 +863,60 @@ def test_spectrum_sentences_compare_the_same_block_of_the_matched_configs_first(
     )
     close = [_spectrum_run("m-softmax", s, ["softmax", "softmax"], [11, 4 + 2 * s]) for s in (0, 1)]
     assert "no difference detected" in spectrum_sentences(runs[:2] + close)[0]
+
+
+def test_the_results_table_sets_dt_primal_and_bc_side_by_side_from_kept_runs(
+    trained: Path, tmp_path: Path
+) -> None:
+    """results_table over the report's copy of a matched study: each config's mean and interval,
+    the paired difference with its Holm-adjusted p over the table's datasets, what the study could
+    detect, CORL's DT, and the mean over the datasets with the seeds the paper's gap would need."""
+    scores = {
+        ("hopper-medium", "matched-softmax"): [40.0, 55.0, 47.0],
+        ("hopper-medium", "matched-primal"): [52.0, 44.0, 61.0],
+        ("hopper-medium", "matched-bc"): [30.0, 31.0, 29.0],
+        ("walker2d-medium", "matched-softmax"): [70.0, 81.0, 64.0],
+        ("walker2d-medium", "matched-primal"): [110.0, 112.0, 114.0],
+        ("walker2d-medium", "matched-bc"): [20.0, 25.0, 21.0],
+    }
+    runs = tmp_path / "runs"
+    for (task, config), values in scores.items():
+        for seed, score in enumerate(values):
+            place(trained, runs / f"{task}-{config}-{seed}", config, seed, task, score)
+    write_report(runs, tmp_path / "report")
+    table = results_table([tmp_path / "report" / "runs"])
+    lines = table.splitlines()
+    assert lines[0].startswith("| dataset | DT | Primal.+DT | BC | Primal.+DT − DT, p (Holm) |")
+    tested = {
+        task: scipy.stats.ttest_rel(scores[task, "matched-primal"], scores[task, "matched-softmax"])
+        for task in ("hopper-medium", "walker2d-medium")
+    }
+    adjusted = dict(zip(tested, holm([found.pvalue for found in tested.values()]), strict=True))
+    for task, found in tested.items():
+        dt = scores[task, "matched-softmax"]
+        low, high = t95(dt)
+        difference = np.mean(scores[task, "matched-primal"]) - np.mean(dt)
+        d_low, d_high = found.confidence_interval(0.95)
+        row = next(line for line in lines if line.startswith(f"| {task} |"))
+        assert row.startswith(f"| {task} | {np.mean(dt):.1f} [{low:.1f}, {high:.1f}] | "), row
+        assert (
+            f"| {difference:+.1f} [{d_low:+.1f}, {d_high:+.1f}], p = {adjusted[task]:.2f} |" in row
+        )
+        assert row.endswith(f"| {corl_scores().last[task][0]:.1f} |")
+    seed_means = np.mean(
+        [
+            np.subtract(scores[task, "matched-primal"], scores[task, "matched-softmax"])
+            for task in tested
+        ],
+        axis=0,
+    )
+    low, high = scipy.stats.ttest_1samp(seed_means, 0.0).confidence_interval(0.95)
+    assert f"| mean over the 2 | | | | {seed_means.mean():+.1f} [{low:+.1f}, {high:+.1f}]" in table
+    gap = paper_scores().average["Primal.+DT"] - paper_scores().average["DT"]
+    needed = seeds_for(float(np.std(seed_means, ddof=1)), gap)
+    assert f"the paper's {gap:.1f} points would need {needed} seeds per dataset" in table
+    claimed = [task for task in tested if adjusted[task] < 0.05]
+    assert f"differs at a family-wise 5% on {len(claimed)} of the 2 datasets" in table
+    assert results_table([]) == (
+        "No study has kept its runs of the matched comparison (results-data/) yet."
+    )

@@ -250,6 +250,7 @@ class PairedOverTasks:
     detectable: float
     detectable_at_most: float  # were the std of D at the top of its 95% interval
     seeds_for_target: int | None  # seeds per task for TARGET points (None beyond MAX_SEEDS)
+    std: float  # of each seed's mean over the tasks, D_i
 
 
 def paired_over_tasks(pairs: list[Paired]) -> PairedOverTasks | None:
@@ -277,6 +278,7 @@ def paired_over_tasks(pairs: list[Paired]) -> PairedOverTasks | None:
         found,
         at_most,
         seeds_for(std),
+        std,
     )
 
 

@@ -140,6 +140,7 @@ class OverTasks:
     detectable: float
     detectable_at_most: float
     seeds_for_target: int | None
+    std: float  # of each seed's mean over the tasks
 
 
 @dataclass

@@ -31,6 +31,7 @@ from primal_dt.tools.results_page import (
     study_line,
 )
 from primal_dt.tools.results_summary import SECTIONS, summary
+from primal_dt.tools.results_table import results_table
 from primal_dt.tools.study_configs import bc_config, init_config, matched_config
 from primal_dt.tools.study_datasets import dataset_folder, make_arguments, recording_stages
 
@@ -213,8 +214,14 @@ def _combined_line(study: Study, section: str, data: ReportData) -> str:
     )
 
 
+def kept_sections() -> list[Path]:
+    """The sections whose runs the clone keeps (results-data/<section>/), in name order."""
+    return sorted(p for p in RESULTS_DATA.iterdir() if p.is_dir()) if RESULTS_DATA.is_dir() else []
+
+
 def _write_page_wide(write: WriteSection) -> None:
-    """What every study refreshes: the paper's table, once on the page, and the README's summary
-    of the page as it now stands."""
+    """What every study refreshes: the table of every kept section's runs, the paper's table, once
+    on the page, and the README's summary of the page as it now stands."""
+    write("results-table", results_table(kept_sections()))
     write("paper-table", paper_section())
     write("results-summary", summary(RESULTS_PAGE.read_text()))
