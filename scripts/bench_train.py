@@ -108,20 +108,22 @@ def model_name(name: str, precision: str, every_token: bool = False) -> str:
     return f"{name} {precision}" + (EVERY_TOKEN if every_token else "")
 
 
-def block_kinds(blocks: str, n_layer: int = 3) -> list[str]:
-    """A model's attention per block: which blocks are Primal, softmax elsewhere (none, last,
-    all), or the name of an attention kind for every block (method/registry.py). Every size
-    timed here has n_layer blocks."""
+def block_kinds(blocks: str, n_layer: int = 3) -> str | list[str]:
+    """A model's attention: which blocks are Primal, softmax elsewhere (none, last, all), or the
+    name of an attention kind for every block (method/registry.py)."""
     if blocks == "last":
         return ["softmax"] * (n_layer - 1) + ["primal"]
-    return [{"none": "softmax", "all": "primal"}.get(blocks, blocks)] * n_layer
+    return {"none": "softmax", "all": "primal"}.get(blocks, blocks)
 
 
 def block_overrides(blocks: str, overrides: list[str]) -> list[str]:
-    """The model's attention as an override, and the given overrides that apply to it (a kind's
-    settings only where a block has that kind: the loader refuses settings no block uses)."""
-    kinds, own = block_kinds(blocks), "model.attention_settings."
-    kept = [o for o in overrides if not o.startswith(own) or o.split(".")[2] in kinds]
+    """The model's attention as an override, for the model.n_layer the overrides give (3 without),
+    and the given overrides that apply to it (a kind's settings only where a block has that kind:
+    the loader refuses settings no block uses)."""
+    layers = [int(o.partition("=")[2]) for o in overrides if o.startswith("model.n_layer=")]
+    kinds, own = block_kinds(blocks, (layers or [3])[-1]), "model.attention_settings."
+    named = [kinds] if isinstance(kinds, str) else kinds
+    kept = [o for o in overrides if not o.startswith(own) or o.split(".")[2] in named]
     return [f"model.attention={json.dumps(kinds)}", *kept]
 
 
