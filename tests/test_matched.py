@@ -517,7 +517,7 @@ def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(tmp_pa
     assert clone() == before and commands == ["sweep", "report"]
     assert text.startswith("Made by `python scripts/results.py` (results) on ")
     assert (
-        "on a CPU, trained in fp32, 1 minutes of training (each session of each run from its "
+        "on a CPU, trained in fp32, 1 minute of training (each session of each run from its "
         "start to its final evaluation, overlaps counted once; 36,000 training steps an hour"
     ) in text
     assert (

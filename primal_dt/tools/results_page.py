@@ -55,7 +55,7 @@ def study_line(command: str, section: str, study: StudyFacts, compared: str, see
     if study.minutes:
         pace = f"{study.steps / (study.minutes / 60):,.0f}"
         time = (
-            f"{study.minutes:.0f} minutes of training (each session of each run from its start "
+            f"{plural(round(study.minutes), 'minute')} of training (each session of each run from its start "
             f"to its final evaluation, overlaps counted once; {pace} training steps an hour of "
             f"the study, evaluations included)"
         )
