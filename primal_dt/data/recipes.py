@@ -27,6 +27,7 @@ from typing import Any
 from primal_dt.common.errors import DatasetError, TaskError, did_you_mean
 from primal_dt.data.episodes import open_dataset
 from primal_dt.data.recording import (
+    action_space,
     mean_return,
     policy_record,
     random_policy,
@@ -38,7 +39,7 @@ from primal_dt.data.recording import (
 )
 from primal_dt.data.references import reference_for
 from primal_dt.data.sources import local_id, minari_root, minari_root_at, origin
-from primal_dt.data.tasks import EnvInfo, load_envs, make_env, resolve_dataset_ids
+from primal_dt.data.tasks import EnvInfo, load_envs, resolve_dataset_ids
 
 RECIPES = ("policy", "random", "medium-replay", "medium-expert")
 DEFAULT_QUALITY = {q: q for q in ("random", "medium-replay", "medium-expert")}  # policy: --name
@@ -143,7 +144,7 @@ def _reference(options: MakeOptions, env: EnvInfo, log: Log) -> dict[str, Any] |
         ).provenance()
     n = options.ref_episodes
     log(f"measuring reference scores on {env.gym_id}: {n} random and {n} expert episodes")
-    space = _action_space(env.gym_id)
+    space = action_space(env.gym_id)
     random_seed = options.seed + 100_000
     low = mean_return(env.gym_id, random_policy(space, random_seed), n, seed=random_seed)
     expert_seed = options.seed + 200_000
@@ -158,12 +159,6 @@ def _reference(options: MakeOptions, env: EnvInfo, log: Log) -> dict[str, Any] |
         "how": f"measured on {env.gym_id}: mean return over {n} episodes of uniform-random "
         f"actions and of {name} (stochastic actions)",
     }
-
-
-def _action_space(gym_id: str) -> Any:
-    env = make_env(gym_id)
-    env.close()
-    return env.action_space
 
 
 def _short(path: str) -> str:
@@ -187,7 +182,7 @@ def _record(options: MakeOptions, env: EnvInfo, dataset_id: str, log: Log, progr
         about = f"{used['algorithm']} policy {_short(options.policy)}, {mode} actions"
         return buffers, used["algorithm"], about, {"policy": used, **count}
     if options.recipe == "random":
-        space = _action_space(env.gym_id)
+        space = action_space(env.gym_id)
         policy = random_policy(space, options.seed)
         buffers = record_episodes(env.gym_id, policy, seed=options.seed, progress=progress, **count)
         return buffers, "random", "uniform-random actions", {"policy": "uniform-random", **count}

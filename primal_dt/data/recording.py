@@ -205,10 +205,23 @@ def record_episodes(
     return buffers
 
 
+def episode_returns(env_id: str, policy: PolicyFn, episodes: int, seed: int) -> list[float]:
+    """Each of `episodes` episodes' undiscounted return under `policy` (seeds seed, seed+1...)."""
+    return [float(np.sum(b.rewards)) for b in record_episodes(env_id, policy, episodes, seed)]
+
+
 def mean_return(env_id: str, policy: PolicyFn, episodes: int, seed: int) -> float:
     """The mean undiscounted return of `policy` over `episodes` episodes (seeds seed, seed+1...)."""
-    buffers = record_episodes(env_id, policy, episodes, seed)
-    return float(np.mean([np.sum(b.rewards) for b in buffers]))
+    return float(np.mean(episode_returns(env_id, policy, episodes, seed)))
+
+
+def action_space(env_id: str) -> gym.spaces.Box:
+    """The environment's action space (a Box: the locomotion tasks act in one)."""
+    env = make_env(env_id)
+    env.close()
+    space = env.action_space
+    assert isinstance(space, gym.spaces.Box), f"{env_id} acts in a box"
+    return space
 
 
 def write_dataset(

@@ -25,13 +25,14 @@ import numpy as np
 
 from primal_dt.common.errors import DatasetError, check_folder
 from primal_dt.data.recording import (
+    action_space,
+    episode_returns,
     policy_record,
     random_policy,
-    record_episodes,
     sb3_policy,
     sha256,
 )
-from primal_dt.data.tasks import load_envs, make_env
+from primal_dt.data.tasks import load_envs
 
 TOLERANCE = 0.005  # each mean's standard error, as a fraction of the expert's mean
 BATCH = 10  # episodes added at a time
@@ -72,10 +73,6 @@ class Reference:
         }
 
 
-def _returns(env_id: str, policy: Any, episodes: int, seed: int) -> list[float]:
-    return [float(np.sum(b.rewards)) for b in record_episodes(env_id, policy, episodes, seed)]
-
-
 def _standard_error(values: list[float]) -> float:
     return float(np.std(values, ddof=1)) / math.sqrt(len(values))
 
@@ -98,18 +95,17 @@ def measure_reference(
                 f"{expert_path}: its returns on {env_id} vary too much to reach a standard error "
                 f"of {tolerance:.1%} in {MAX_EPISODES} episodes"
             )
-        expert += _returns(env_id, expert_policy, BATCH, EXPERT_SEED + len(expert))
+        expert += episode_returns(env_id, expert_policy, BATCH, EXPERT_SEED + len(expert))
         log(
             f"{env_id} expert: {len(expert)} episodes, {np.mean(expert):.1f} ± "
             f"{_standard_error(expert):.1f}"
         )
     points = tolerance * abs(float(np.mean(expert)))
-    env = make_env(env_id)
-    env.close()
+    space = action_space(env_id)
     random: list[float] = []
     while len(random) < 2 * BATCH or _standard_error(random) > points:
-        act = random_policy(env.action_space, RANDOM_SEED + len(random))  # type: ignore[arg-type]
-        random += _returns(env_id, act, BATCH, RANDOM_SEED + len(random))
+        act = random_policy(space, RANDOM_SEED + len(random))
+        random += episode_returns(env_id, act, BATCH, RANDOM_SEED + len(random))
     return Reference(
         env_id,
         float(np.mean(random)),

@@ -19,9 +19,9 @@
 
 Each record has its own module, one dataclass, one writer and one reader: runconfig.py
 (config.json), snapshots.py (ckpt.pt, best.pt, checkpoints/, eval_queue/), results.py (eval.jsonl),
-training_log.py (training.jsonl), run_facts.py (facts.json); TensorBoard's files are written by dashboards.py alone, and never
-read back: what the report reads is in the records;
-locks.py holds the writers' locks and atomic.py writes files whole or not at all.
+training_log.py (training.jsonl), run_facts.py (facts.json). TensorBoard's files are written by
+dashboards.py alone and never read back: what the report reads is in the records. locks.py holds
+the writers' locks and atomic.py writes files whole or not at all.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ last), a line of RUN_DIR/training.jsonl each.
 Each point holds the means since the last log of what TensorBoard shows under train/ (the action
 loss, the kind's auxiliary loss by its name, the weighted loss, the learning rate, steps per
 second) and when: the start of its session (one `train` command: the first, or a --resume) and its
-own time. The report reads the auxiliary-loss curve and the time a study trained from here, never
-from TensorBoard's files. Lines are only appended: a resumed session (or one rolled back to a kept
-checkpoint) logs its steps again after the lines of the session it continues, which stay as time
-that was spent; the curve drops every line a later session's start supersedes (curve()).
+own time; each session first logs its start, a point without scalars (begin_session). The report
+reads the auxiliary-loss curve and the time a study trained from here, never from TensorBoard's
+files. Lines are only appended: a resumed session (or one rolled back to a kept checkpoint) logs
+its steps again after the lines of the session it continues, which stay as time that was spent;
+the curve drops every line a later session's start supersedes (current()).
 """
 
 from __future__ import annotations

@@ -21,8 +21,7 @@ from primal_dt.tools.statistics import t_interval
 
 FLATNESS_HEADING = "## Are the curves flat?"
 FLAT_MARGIN = 2.0  # points per 1,000 steps: a slope inside ±this is flat
-FLAT = f"flat (inside ±{FLAT_MARGIN:g} points per 1,000 steps)"
-NOT_KNOWN = f"not known to be flat (the interval reaches beyond ±{FLAT_MARGIN:g})"
+FLAT, NOT_KNOWN = "flat", "not known to be flat"  # the verdicts beside rising and falling
 
 
 def quarter_scores(
@@ -84,10 +83,14 @@ class Flatness:
 
     def sentence(self) -> str:
         (low, high), (equal_low, equal_high) = self.interval, self.equivalence
+        margin = {
+            FLAT: f" (inside ±{FLAT_MARGIN:g} points per 1,000 steps)",
+            NOT_KNOWN: f" (the interval reaches beyond ±{FLAT_MARGIN:g})",
+        }.get(self.verdict, "")
         return (
             f"{self.config} on {self.task}: a slope of {self.mean:+.1f} [{low:+.1f}, {high:+.1f}] "
             f"points per 1,000 steps over {len(self.slopes)} seeds (90%: [{equal_low:+.1f}, "
-            f"{equal_high:+.1f}]): {self.verdict}."
+            f"{equal_high:+.1f}]): {self.verdict}{margin}."
         )
 
 

@@ -81,7 +81,7 @@ def comparisons_section(rows: list[Row], baseline: str | None) -> str:
     others = [config for config in configs if config != baseline]
     pairs = {c: {p.task: p for p in paired_differences(rows, c, baseline)} for c in others}
     family = [p for found in pairs.values() for p in found.values() if len(p.seeds) > 1]
-    said = dict(zip(map(id, family), holm_sentences(family), strict=True))
+    said = {(p.config, p.task): s for p, s in zip(family, holm_sentences(family), strict=True)}
     over = []
     for config in others:
         for task in unique([row.task for row in rows if row.task != "average"]):
@@ -90,8 +90,8 @@ def comparisons_section(rows: list[Row], baseline: str | None) -> str:
                 continue
             if base is None:
                 lines.append(f"- {config} on {task}: no {baseline} runs there to compare with.")
-            elif id(pair := pairs[config].get(task)) in said:
-                lines.append(f"- {said[id(pair)]}")
+            elif (config, task) in said:
+                lines.append(f"- {said[config, task]}")
             else:
                 interval, base_interval = t_interval(row.final), t_interval(base.final)
                 lines.append(

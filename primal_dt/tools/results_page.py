@@ -55,9 +55,9 @@ def study_line(command: str, section: str, study: StudyFacts, compared: str, see
     if study.minutes:
         pace = f"{study.steps / (study.minutes / 60):,.0f}"
         time = (
-            f"{plural(round(study.minutes), 'minute')} of training (each session of each run from its start "
-            f"to its final evaluation, overlaps counted once; {pace} training steps an hour of "
-            f"the study, evaluations included)"
+            f"{plural(round(study.minutes), 'minute')} of training (each session of each run "
+            f"from its start to its final evaluation, overlaps counted once; {pace} training "
+            f"steps an hour of the study, evaluations included)"
         )
     else:
         time = "no recorded training time"
@@ -92,15 +92,14 @@ def section_text(data: ReportData, link: Link) -> str:
     return "\n\n".join([data.lead, *(_shown(s, link) for s in kept), *pictures])
 
 
-def over_tasks_text(data: ReportData, link: Link) -> tuple[str, list[str]]:
-    """(what the report says over tasks: the paired differences over tasks, at the final
-    evaluation and over the last quarter, and the aggregates; the figures those show), or a line
+def over_tasks_text(data: ReportData, link: Link) -> str:
+    """What the report says over tasks (the paired differences over tasks, at the final
+    evaluation and over the last quarter, and the aggregates, with their figures), or a line
     saying the report has none (fewer than two tasks pair)."""
     kept = [s for s in data.sections if s.heading in OVER_TASKS]
     if not kept:
-        return "The report has no comparison over tasks: no config pairs on two tasks.", []
-    figures = [name for s in kept for name in s.figures]
-    return "\n\n".join(_shown(s, link) for s in kept), figures
+        return "The report has no comparison over tasks: no config pairs on two tasks."
+    return "\n\n".join(_shown(s, link) for s in kept)
 
 
 def paper_section() -> str:
@@ -112,7 +111,7 @@ def flatness_sentence(curves: list[FlatnessResult]) -> str:
     """How many of the curves are flat (an equivalence test: flatness.py), and the others with
     their verdicts."""
     flat = [curve for curve in curves if curve.flat]
-    others = [f"{c.config} on {c.task} ({c.verdict.split(' (')[0]})" for c in curves if not c.flat]
+    others = [f"{c.config} on {c.task} ({c.verdict})" for c in curves if not c.flat]
     sentence = (
         f"Over the end of training, {len(flat)} of the {len(curves)} curves (task and config) "
         f"are flat within ±{FLAT_MARGIN:g} points per 1,000 steps (90% interval of the slope)"

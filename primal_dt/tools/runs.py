@@ -350,11 +350,7 @@ class Behaviour:
 def behaviour_scores(summaries: list[RunSummary]) -> dict[str, Behaviour]:
     """Per task, its datasets' own mean return, read with data/episodes.py's loader (the same
     episodes training saw); "dataset not here" where a dataset is not on this machine."""
-    ids = task_datasets(summaries)
-    references: dict[str, ReferenceScores | None] = {}
-    for summary in sorted(summaries, key=lambda r: (r.task, r.config, r.seed)):
-        if references.get(summary.task) is None:
-            references[summary.task] = summary.reference_scores
+    ids, references = task_datasets(summaries), task_references(summaries)
     found = {}
     for task in unique(sorted(r.task for r in summaries)):
         found[task] = _behaviour(task, ids.get(task, []), references.get(task))

@@ -80,8 +80,9 @@ class Study:
 
 def record(study: Study, run: Command) -> None:
     """The datasets of the study's tasks that are recorded here and missing from its Minari root,
-    recorded there with measured reference scores (recording_stages' order), study.parallel at
-    once, each on one thread (the same bits however many run beside it)."""
+    recorded there with their environment's reference scores (study_datasets.REFERENCES), in
+    recording_stages' order, study.parallel at once, each on one thread (the same bits however
+    many run beside it)."""
     root = study.out / "minari"
     one_thread = {**study.env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     for stage in recording_stages(study.tasks):
@@ -192,7 +193,7 @@ def combine(study: Study, run: Command, write: WriteSection | None = None) -> st
     reported = study.out / f"{section}-report"
     run("report", *map(str, parts.values()), "--out", str(reported), env=study.env)
     data = read_report_data(reported / "report.json")
-    text, _ = over_tasks_text(data, _linker(reported, section, study.write_docs))
+    text = over_tasks_text(data, _linker(reported, section, study.write_docs))
     text = f"{_combined_line(study, section, data)}\n\n{text}"
     if write is not None:
         write(section, text)
