@@ -20,7 +20,7 @@ from primal_dt.common.errors import ConfigError
 from primal_dt.common.loading import load_config, named_config_path
 from primal_dt.method.attention import PrimalAttention, SoftmaxAttention
 from primal_dt.method.model import DecisionTransformer
-from primal_dt.method.registry import ATTENTIONS
+from primal_dt.method.registry import ATTENTIONS, check_settings_by_task
 
 STATE_DIM, ACT_DIM, MAX_T, K, BATCH = 5, 3, 50, 6, 3
 PRIMAL_CHOICES = ["none", "last", "all", [0]]
@@ -298,6 +298,18 @@ def test_a_kinds_settings_per_task_apply_where_a_block_has_it_and_no_set_gives_t
     assert rank("hopper-medium", path=older) == 24 and rank("walker2d-medium", path=older) is None
     config = load_config(older, task="hopper-medium")
     assert config.attention_settings_by_task == {"primal": {"rank": {"hopper-medium": 24}}}
+    check_settings_by_task(config.attention_settings_by_task)  # a known kind and setting
+    # A misspelt kind or setting would apply to nothing: refused, naming the closest.
+    with pytest.raises(
+        ConfigError,
+        match=r"attention_settings_by_task.primall: unknown attention 'primall' \(did you mean 'primal'\?\)",
+    ):
+        check_settings_by_task({"primall": {"rank": {"hopper-medium": 24}}})
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown setting attention_settings_by_task.primal.rnak \(did you mean 'rank'\?\)",
+    ):
+        check_settings_by_task({"primal": {"rnak": {"hopper-medium": 24}}})
 
 
 @pytest.mark.parametrize(
