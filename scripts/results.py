@@ -1,4 +1,4 @@
-"""The results page (docs/results.md) and the README's two-line summary, made by the pipeline
+"""The results page (docs/results.md) and the README's summary (its table at a glance), made by the pipeline
 itself: record the datasets from the behaviour policies in tests/policies, `primal-dt sweep` the
 matched comparison (configs/matched.toml with each attention in its last block, nothing else
 different) over seeds, `primal-dt report`, and write its tables and figures into the docs.
@@ -14,6 +14,8 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
         # one task apart, into a section of its own (results-expert-<env>), as time allows
     python scripts/results.py --medium-expert --combine --write-docs
         # the runs of those sections read together: what they say over the tasks; trains nothing
+    python scripts/results.py --refresh
+        # the table at a glance, its figure and the README's summary again from results-data/
     python scripts/results.py --attentions all --no-bc --tasks halfcheetah-medium
         # all seven attentions of the paper's table, on one dataset
     python scripts/results.py --compare-init --write-docs
@@ -33,7 +35,7 @@ from pathlib import Path
 from bench_common import primal_dt
 from doc_tables import write_section
 
-from primal_dt.tools.study import Study, combine, record, run_study
+from primal_dt.tools.study import Study, combine, record, run_study, write_page_wide
 from primal_dt.tools.study_datasets import recorded_tasks
 
 
@@ -97,7 +99,16 @@ def main() -> None:
         help="read the runs of the tasks' sections made apart (<section>-<env>) "
         "together, and train nothing",
     )
+    parser.add_argument(
+        "--refresh",
+        action="store_true",
+        help="rewrite the table at a glance, its figure, the README's summary and the paper's "
+        "table from results-data/, and train nothing",
+    )
     args = parser.parse_args()
+    if args.refresh:
+        write_page_wide(write_section)
+        return
     quality = (
         "medium-replay" if args.replay else "medium-expert" if args.medium_expert else "medium"
     )

@@ -49,8 +49,7 @@ from primal_dt.tools.results_page import (
     precisions,
     section_text,
 )
-from primal_dt.tools.results_summary import SECTIONS, summary
-from primal_dt.tools.results_table import results_table
+from primal_dt.tools.results_table import at_a_glance, glance
 from primal_dt.tools.runs import read_run
 from primal_dt.tools.study import Study, combine, comparison, record, run_study
 from primal_dt.tools.study_configs import bc_config, init_config, matched_config
@@ -191,184 +190,28 @@ def test_the_results_page_keeps_the_papers_table_apart_and_current() -> None:
     )
 
 
-def test_the_readme_summary_says_what_the_pages_matched_sections_say() -> None:
-    """It counts every matched DT-against-Primal-DT section (one per quality, and the tasks of a
-    quality made apart), and says the seven attentions and the initialisations apart."""
+def test_the_readme_and_the_pages_first_screen_show_the_kept_matched_runs() -> None:
+    """The README's summary and the page's table are the table and figure of the matched
+    sections' kept runs as results-data/ holds them now, and the figure is drawn."""
+    seen = glance(study_module.matched_sections())
+    figure = study_module.GLANCE_FIGURE
+    readme, page = (ROOT / "README.md").read_text(), (ROOT / "docs" / "results.md").read_text()
+    summary = at_a_glance(seen, "scripts/figures/results_at_a_glance.png")
+    assert f"<!-- results-summary:start -->\n{summary}\n<!-- results-summary:end -->" in readme
+    table = at_a_glance(seen, f"../{figure.relative_to(ROOT)}")
+    assert f"<!-- results-table:start -->\n{table}\n<!-- results-table:end -->" in page
+    assert figure.is_file() == (seen is not None and bool(seen.pairs))
 
-    def section(name: str, seeds: int, comparisons: list[str], spectra: list[str]) -> str:
-        return "\n".join(
-            [
-                f"<!-- {name}:start -->",
-                f"Made by ... x the matched config ... x {seeds} seeds.",
-                "",
-                "### Comparisons per task",
-                "",
-                *comparisons,
-                "",
-                "### Aggregates over tasks",
-                "",
-                "- not a comparison",
-                "",
-                "### Attention spectrum",
-                "",
-                *spectra,
-                "",
-                "### Notes",
-                "",
-                f"<!-- {name}:end -->",
-            ]
-        )
 
-    page = "\n\n".join(
-        [
-            section(
-                "results",
-                5,
-                ["- No difference between a and b was detected on t1 at this budget (overlap)."],
-                [
-                    "- t1, block 2: a (Primal) has a lower rank_90 than b (softmax) (3 ± 1, 9 ± 1).",
-                    "- t1, block 2: a (Primal) has a lower rank_90 than matched-bc (softmax) (...).",
-                    "- t1 (a): Primal block 2 has a lower rank_90 than softmax block 0 (...).",
-                ],
-            ),
-            section(
-                "results-replay-hopper",
-                5,
-                ["- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2])."],
-                ["- t2, block 2: no difference detected (a (Primal) 4 ± 2, b (softmax) 5 ± 2)."],
-            ),
-            section(
-                "results-attentions",
-                3,
-                [
-                    "- c − b on t1: -2.0 [-3.0, -1.0] over 3 paired seeds: c scores below b; the "
-                    "study could detect 1.5 points.",
-                    "- f − b on t1: +0.1 [-1.0, +1.2] over 3 paired seeds: no difference detected; "
-                    "the study could detect 2.5 points.",
-                ],
-                [],
-            ),
-            section(
-                "results-init",
-                5,
-                [
-                    "- d − e on t1: +0.2 [-1, +1] over 5 paired seeds: no "
-                    "difference detected; the study could detect 2.0 points."
-                ],
-                [],
-            ),
-        ]
-    )
-    text = summary(page)
-    assert "on 2 of the datasets recorded here, 5 seeds each" in text
-    # The studies of their own, apart: not counted, each against its baseline, with their power.
-    assert (
-        "The seven attentions of the paper's table, in the matched config's last block, on tasks, "
-        "3 seeds, each against b: a difference on 1 of 2 (with no true difference on any, at least "
-        "one of 2 intervals at 95% would exclude 0 in 10% of studies): c − b on t1: -2.0 [-3.0, "
-        "-1.0] over 3 paired seeds: c scores below b; the study could detect 1.5 points; the "
-        "comparisons could detect 1.5 to 2.5 points at 80% power."
-    ) in text
-    assert (
-        "Primal's two initialisations of We and Wr, on tasks, 5 seeds, each against e: no "
-        "difference in score detected on any of the 1 (each paired difference's 95% interval "
-        "holds 0); the comparisons could detect 2.0 points at 80% power."
-    ) in text
-    # Until a study is made, its section holds a placeholder, and the summary says nothing of it.
-    assert "Primal's two" not in summary(
-        re.sub(r"(?s)(results-init:start -->\n).*?(<!-- results-init:end)", r"\1Not yet.\n\2", page)
-    )
-    assert (
-        "a difference on 1 of 2 (with no true difference on any, at least one of 2 intervals at "
-        "95% would exclude 0 in 10% of studies): a scores above b on t2" in text
-    )
-    assert ".." not in text  # a claimed difference's sentence ends once
-    assert "lower rank_90 than the same block's with softmax on 1 of the 2" in text
-    none = summary(page.replace("- a scores above", "- No difference: a"))
-    assert "no difference in score detected on any of the 2 (95% intervals overlap)" in none
-    paired = page.replace("- a scores above", "- No difference: a").replace(
-        " at this budget (", ": +0.1 [-0.5, +0.7] over 5 paired seeds ("
-    )
-    assert "(each paired difference's 95% interval holds 0)" in summary(paired)
-    # Sections made with Holm's correction: their claims hold at a family-wise 5% already, and an
-    # interval that excludes 0 alone is no claim.
-    holm = page.replace(
-        "- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2]).",
-        "- a − b on t2: -3.0 [-4.0, -2.0] over 5 paired seeds (p = 0.001, Holm-adjusted over the "
-        "2 per-task tests 0.002): a scores below b; the study could detect 2.9 points.",
-    )
-    assert "a difference on 1 of 2: a − b on t2" in summary(holm)
-    alone = holm.replace(
-        "a scores below b;",
-        "no difference detected at a family-wise 5% (the interval alone excludes 0);",
-    )
-    assert "(none survives Holm's correction over the per-task tests)" in summary(alone)
-    # The power over tasks, where a section has it, beside the verdict.
-    over = "a − b over 3 tasks (5 paired seeds each): +0.4 [...]: the study could detect 4.1 points"
-    with_power = page.replace(
-        "### Aggregates over tasks",
-        f"### Paired differences over tasks\n\n- {over}\n\n### Aggregates over tasks",
-        1,
-    )
-    assert f"Over tasks: {over}" in summary(with_power)
-    named = with_power.replace("Made by ...", "Made by ...: 3 tasks (t1, t3, t4) x ...", 1)
-    assert f"Over t1, t3, t4: {over}" in summary(named)
-    # A replication with new seeds is said apart and not counted as a dataset of its own.
-    again = "a − b on t2: -3.0 [-4.0, -2.0] over 5 paired seeds: a scores below b"
-    replicated = summary(page + "\n\n" + section("results-replication", 5, [f"- {again}."], []))
-    assert f"Again with new seeds: {again}." in replicated
-    assert "on 2 of the datasets recorded here" in replicated
-    # A claimed difference with the same pair's over the last quarter's evaluations beside it.
-    claimed = "a − b on t2: -3.0 [-4.0, -2.0] over 5 paired seeds: a scores below b; the study"
-    late = "-0.2 [-2.9, +2.4] over 5 paired seeds: no difference detected"
-    with_late = page.replace(
-        "- a scores above b on t2 at this budget (intervals [5, 6] and [1, 2]).",
-        f"- {claimed} could detect 2.9 points.\n\n### Paired differences over the last "
-        f"quarter\n\n- a − b on t1: +9.0 ...\n- a − b on t2: {late}; the study could ...",
-    )
-    assert (
-        f"{claimed} could detect 2.9 points; over each run's last-quarter evaluations: {late}. "
-        in summary(with_late)
-    )
-    # A medium-expert dataset holds its medium one: counted, and named as not independent.
-    overlapping = page.replace(" on t1 at", " on h-medium at").replace(
-        " on t2 at", " on h-medium-expert at"
-    )
-    assert (
-        "on 2 of the datasets recorded here (1 of them medium-expert ones that hold a medium one "
-        "of the count too: h-medium-expert; not independent of it), 5 seeds"
-    ) in summary(overlapping)
-    # A section of what a quality's tasks, made apart, say together (results.py --combine): its
-    # over-tasks figures with the last quarter's beside them, and no dataset counted again.
-    late = (
-        "a − b over 3 tasks (5 paired seeds each): +0.1 [-1.0, +1.2] (...): no difference detected"
-    )
-    combined = "\n".join(
-        [
-            "<!-- results-expert:start -->",
-            "Made by ...: 3 tasks (t5, t6, t7) x a, b x 5 seeds.",
-            "",
-            "### Paired differences over tasks",
-            "",
-            f"- {over}.",
-            "",
-            "### Paired differences over tasks, over the last quarter",
-            "",
-            f"- {late}; the study could detect 2.0 points.",
-            "",
-            "<!-- results-expert:end -->",
-        ]
-    )
-    text = summary(page + "\n\n" + combined)
-    assert "on 2 of the datasets recorded here, 5 seeds" in text
-    assert (
-        f"Over t5, t6, t7: {over}; over each run's last-quarter evaluations: +0.1 [-1.0, +1.2] "
-        "(...): no difference detected." in text
-    )
-    # The README holds what the page says now.
-    readme = (ROOT / "README.md").read_text()
-    current = summary((ROOT / "docs" / "results.md").read_text())
-    assert f"<!-- results-summary:start -->\n{current}\n<!-- results-summary:end -->" in readme
+def test_the_table_reads_the_matched_sections_alone(tmp_path: Path, monkeypatch) -> None:
+    """A quality's section and its tasks made apart are the matched comparison; the studies of
+    their own (attentions, initialisations, replications with new seeds) are not counted."""
+    monkeypatch.setattr(study_module, "RESULTS_DATA", tmp_path)
+    names = ["results", "results-hopper", "results-expert-walker2d", "results-replay"]
+    for name in [*names, "results-attentions", "results-init", "results-replication"]:
+        (tmp_path / name).mkdir()
+    (tmp_path / "README.md").write_text("not a section")
+    assert [p.name for p in study_module.matched_sections()] == sorted(names)
 
 
 def test_study_minutes_count_every_session_overlaps_once_and_no_idle_time() -> None:
@@ -409,7 +252,7 @@ def test_a_later_session_supersedes_the_points_after_the_step_it_began_at() -> N
 
 def test_each_quality_has_its_own_section_of_the_results_page(tmp_path: Path) -> None:
     page = (ROOT / "docs" / "results.md").read_text()
-    for quality, section in SECTIONS.items():
+    for quality, section in study_module.SECTIONS.items():
         study = Study(tmp_path, recorded_tasks(quality), quality)
         configs, found, _ = comparison(study)
         assert found == section and configs.endswith("matched-bc.toml")
@@ -649,13 +492,6 @@ def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> Non
         "b on t (still rising)." in text
     )
     assert "nothing to say" in first_paragraph(ReportData([], 0, None), corl)
-
-
-def test_the_pages_table_is_made_from_the_kept_runs() -> None:
-    """The results page's table says what results-data/ holds now."""
-    page = (ROOT / "docs" / "results.md").read_text()
-    shown = page.split("<!-- results-table:start -->\n", 1)[1].split("\n<!-- results-table:end")[0]
-    assert shown == results_table(study_module.kept_sections())
 
 
 def test_a_sections_data_is_the_reports_copy_of_its_runs(tmp_path: Path, monkeypatch) -> None:

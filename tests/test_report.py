@@ -45,7 +45,13 @@ from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report import write_report
 from primal_dt.tools.report_data import read_report_data
 from primal_dt.tools.report_tables import paper_table, spectrum_sentences
-from primal_dt.tools.results_table import results_table
+from primal_dt.tools.results_table import (
+    NONE_KEPT,
+    at_a_glance,
+    glance,
+    glance_figure,
+    results_table,
+)
 from primal_dt.tools.runs import (
     ReportError,
     Row,
@@ -884,7 +890,8 @@ def test_the_results_table_sets_dt_primal_and_bc_side_by_side_from_kept_runs(
         for seed, score in enumerate(values):
             place(trained, runs / f"{task}-{config}-{seed}", config, seed, task, score)
     write_report(runs, tmp_path / "report")
-    table = results_table([tmp_path / "report" / "runs"])
+    seen = glance([tmp_path / "report" / "runs"])
+    table = results_table(seen)
     lines = table.splitlines()
     assert lines[0].startswith("| dataset | DT | Primal.+DT | BC | Primal.+DT − DT, p (Holm) |")
     tested = {
@@ -917,6 +924,13 @@ def test_the_results_table_sets_dt_primal_and_bc_side_by_side_from_kept_runs(
     assert f"the paper's {gap:.1f} points would need {needed} seeds per dataset" in table
     claimed = [task for task in tested if adjusted[task] < 0.05]
     assert f"differs at a family-wise 5% on {len(claimed)} of the 2 datasets" in table
-    assert results_table([]) == (
-        "No study has kept its runs of the matched comparison (results-data/) yet."
+    assert seen is not None
+    for paired in seen.pairs:  # Bonferroni's over the 2: each at 97.5%
+        found = scipy.stats.ttest_1samp(paired.differences, 0.0).confidence_interval(0.975)
+        assert np.allclose(seen.simultaneous(paired), (found.low, found.high))
+    shown = at_a_glance(seen, "f.png")
+    assert shown.startswith(
+        table.rpartition("\n\n")[0] + "\n\n![Primal.+DT − DT per dataset](f.png)\n\n"
     )
+    assert glance_figure(seen, tmp_path / "f.png").stat().st_size > 10_000
+    assert glance([]) is None and results_table(None) == NONE_KEPT == at_a_glance(None, "f.png")

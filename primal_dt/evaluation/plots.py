@@ -209,6 +209,31 @@ def interval_figure(
     return figure
 
 
+def difference_figure(
+    title: str,
+    rows: Sequence[tuple[str, float, tuple[float, float], tuple[float, float] | None]],
+    lines: dict[str, float],
+) -> Any:
+    """A forest plot, a row per (label, point, interval, wider interval or None): the interval as a
+    thick bar, the wider one as a thin line through it, the point as a dot; a vertical line per
+    named value in lines (0, a published gap)."""
+    figure, (ax,) = _figure(6.4, 1.4 + 0.42 * len(rows))
+    for i, (_, point, (low, high), wider) in enumerate(rows):
+        y = len(rows) - 1 - i  # the first row on top
+        if wider is not None:
+            ax.hlines(y, wider[0], wider[1], color=_color(0), linewidth=1)
+        ax.hlines(y, low, high, color=_color(0), linewidth=5, alpha=0.7)
+        ax.plot([point], [y], "o", color="black", markersize=4)
+    for i, (name, value) in enumerate(lines.items()):
+        ax.axvline(value, color="grey", linestyle="-" if i == 0 else "--", linewidth=1, label=name)
+    ax.set_yticks(range(len(rows)), [label for label, *_ in reversed(rows)])
+    ax.set(xlabel="difference in normalised score", ylim=(-0.6, len(rows) - 0.4))
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize="small", loc="lower right")
+    _suptitle(figure, title)
+    return figure
+
+
 def profile_figure(
     title: str,
     taus: np.ndarray,

@@ -1,6 +1,6 @@
-"""The results at a glance: one table over every dataset whose study kept its runs
-(results-data/<section>/, the report's copy of them: report.export_runs), made from those runs
-alone, for the README and the results page's first screen.
+"""The results at a glance: one table and one figure over every dataset whose matched study kept
+its runs (results-data/<section>/, the report's copy of them: report.export_runs), made from those
+runs alone, for the README and the results page's first screen.
 
 Per dataset: DT (matched-softmax), Primal.+DT (matched-primal) and behaviour cloning (matched-bc),
 each config's mean final score with its Student's t 95% interval; the paired difference Primal.+DT
@@ -9,11 +9,17 @@ difference is claimed at a family-wise 5%); the difference the study could detec
 and CORL's published DT beside them (another budget and other data: not a comparison). A last row:
 the mean over the datasets of the paired differences (paired.paired_over_tasks), and the seeds per
 dataset that the paper's gap over D4RL (Primal.+DT against DT in its average row) would need.
+
+The figure draws the table's differences: each with its 95% interval and its Bonferroni interval
+(simultaneous over the table's datasets at 95%: Holm's test is never stricter than Bonferroni's, so
+where that interval excludes 0, the Holm-adjusted p is under 5% too), the mean over the datasets,
+0 and the paper's gap.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +28,7 @@ from primal_dt.tools.corl import corl_scores
 from primal_dt.tools.paired import (
     POWER,
     Paired,
+    PairedOverTasks,
     holm,
     paired_differences,
     paired_over_tasks,
@@ -29,15 +36,45 @@ from primal_dt.tools.paired import (
 )
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.runs import Row, collect, count_once, group
-from primal_dt.tools.statistics import t_interval
+from primal_dt.tools.statistics import CONFIDENCE, t_interval
 
 DT, PRIMAL, BC = "matched-softmax", "matched-primal", "matched-bc"
+NONE_KEPT = "No study has kept its runs of the matched comparison (results-data/) yet."
 
 
 def paper_gap() -> float:
     """The paper's Primal.+DT minus DT in its average over D4RL's nine datasets."""
     average = paper_scores().average
     return average["Primal.+DT"] - average["DT"]
+
+
+@dataclass(frozen=True)
+class Glance:
+    """What the table and the figure show, computed once from the kept runs."""
+
+    tasks: list[str]  # the datasets with DT runs, in name order
+    rows: dict[tuple[str, str], Row]  # (task, config) -> its row over seeds
+    pairs: list[Paired]  # Primal.+DT − DT per task, where both have runs
+    adjusted: dict[str, float | None]  # task -> its Holm-adjusted p over `pairs`
+    over: PairedOverTasks | None  # the mean over the datasets (None under 2 of them)
+
+    def simultaneous(self, paired: Paired) -> tuple[float, float] | None:
+        """paired's Bonferroni interval: at 1 − 5%/m each, 95% for all m of the table at once."""
+        level = 1 - (1 - CONFIDENCE) / max(1, len(self.pairs))
+        return t_interval(paired.differences, level)
+
+
+def glance(folders: Sequence[Path]) -> Glance | None:
+    """The glance over the runs under folders, or None where none holds a matched DT run."""
+    summaries = [s for folder in folders for s in collect(folder, spectra=False)]
+    rows = {(row.task, row.config): row for row in group(count_once(summaries)[0])}
+    tasks = sorted({task for task, config in rows if task != "average" and config == DT})
+    if not tasks:
+        return None
+    found = {p.task: p for p in paired_differences(list(rows.values()), PRIMAL, DT)}
+    pairs = [found[task] for task in tasks if task in found]
+    adjusted = dict(zip([p.task for p in pairs], holm([p.p_value for p in pairs]), strict=True))
+    return Glance(tasks, rows, pairs, adjusted, paired_over_tasks(pairs))
 
 
 def _score(row: Row | None) -> str:
@@ -52,42 +89,37 @@ def _difference(paired: Paired | None, adjusted: float | None) -> str:
     if paired is None or paired.interval is None:
         return "–"
     low, high = paired.interval
-    return f"{paired.mean:+.1f} [{low:+.1f}, {high:+.1f}], p = {adjusted:.2f}"
+    p = "" if adjusted is None else f", p = {adjusted:.2f}"
+    return f"{paired.mean:+.1f} [{low:+.1f}, {high:+.1f}]{p}"
 
 
-def results_table(folders: Sequence[Path]) -> str:
-    """The table and at most three sentences under it; one line saying so where no folder holds
-    runs of the matched comparison."""
-    summaries = [s for folder in folders for s in collect(folder, spectra=False)]
-    rows = {(row.task, row.config): row for row in group(count_once(summaries)[0])}
-    tasks = sorted({task for task, config in rows if task != "average" and config == DT})
-    if not tasks:
-        return "No study has kept its runs of the matched comparison (results-data/) yet."
-    pairs = {p.task: p for p in paired_differences(list(rows.values()), PRIMAL, DT)}
-    family = [pairs[task] for task in tasks if task in pairs]
-    adjusted = dict(zip([p.task for p in family], holm([p.p_value for p in family]), strict=True))
+def results_table(seen: Glance | None) -> str:
+    """The table and at most three sentences under it; one line saying so where nothing is kept."""
+    if seen is None:
+        return NONE_KEPT
+    pairs = {p.task: p for p in seen.pairs}
     corl = corl_scores()
     lines = [
         "| dataset | DT | Primal.+DT | BC | Primal.+DT − DT, p (Holm) | could detect | CORL's DT |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for task in tasks:
+    for task in seen.tasks:
         paired = pairs.get(task)
         detect = paired.detectable if paired is not None else None
         theirs = corl.last.get(task)
         lines.append(
-            f"| {task} | {_score(rows.get((task, DT)))} | {_score(rows.get((task, PRIMAL)))} "
-            f"| {_score(rows.get((task, BC)))} | {_difference(paired, adjusted.get(task))} "
+            f"| {task} | {_score(seen.rows.get((task, DT)))} "
+            f"| {_score(seen.rows.get((task, PRIMAL)))} | {_score(seen.rows.get((task, BC)))} "
+            f"| {_difference(paired, seen.adjusted.get(task))} "
             f"| {'–' if detect is None else f'{detect:.1f}'} "
             f"| {'–' if theirs is None else f'{theirs[0]:.1f}'} |"
         )
-    over = paired_over_tasks(family)
-    gap = paper_gap()
-    claimed = [p.task for p in family if (adjusted[p.task] or 1.0) < 0.05]
+    claimed = [p.task for p in seen.pairs if (seen.adjusted[p.task] or 1.0) < 0.05]
     said = [
-        f"Primal.+DT − DT differs at a family-wise 5% on {len(claimed)} of the {len(family)} "
+        f"Primal.+DT − DT differs at a family-wise 5% on {len(claimed)} of the {len(seen.pairs)} "
         f"datasets{': ' + ', '.join(claimed) if claimed else ''}."
     ]
+    over, gap = seen.over, paper_gap()
     if over is not None:
         low, high = over.interval
         lines.append(
@@ -107,3 +139,36 @@ def results_table(folders: Sequence[Path]) -> str:
         "the DT paper's size, another budget and other data: not a comparison."
     )
     return "\n".join([*lines, "", " ".join(said)])
+
+
+def glance_figure(seen: Glance, path: Path) -> Path:
+    """The table's paired differences drawn (plots.difference_figure), saved at path."""
+    from primal_dt.evaluation.plots import difference_figure, save
+
+    rows: list[tuple[str, float, tuple[float, float], tuple[float, float] | None]] = []
+    for paired in seen.pairs:
+        interval = paired.interval
+        if interval is not None:
+            rows.append((paired.task, paired.mean, interval, seen.simultaneous(paired)))
+    if seen.over is not None:
+        over = seen.over
+        rows.append((f"mean over the {len(over.tasks)}", over.point, over.interval, None))
+    title = (
+        "Primal.+DT − DT, paired over seeds: 95% intervals (thick) and Bonferroni's over the "
+        f"{len(seen.pairs)} datasets (thin)"
+    )
+    gap = paper_gap()
+    figure = difference_figure(
+        title, rows, {"no difference": 0.0, f"the paper's gap, {gap:+.1f}": gap}
+    )
+    return save(figure, path)
+
+
+def at_a_glance(seen: Glance | None, link: str) -> str:
+    """The table with the figure (glance_figure's, shown through link) between it and its
+    sentences where any dataset has paired runs: the README's summary and the page's first screen."""
+    table = results_table(seen)
+    if seen is None or not seen.pairs:
+        return table
+    head, _, sentences = table.rpartition("\n\n")
+    return f"{head}\n\n![Primal.+DT − DT per dataset]({link})\n\n{sentences}"

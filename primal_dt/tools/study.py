@@ -30,10 +30,14 @@ from primal_dt.tools.results_page import (
     section_text,
     study_line,
 )
-from primal_dt.tools.results_summary import SECTIONS, summary
-from primal_dt.tools.results_table import results_table
+from primal_dt.tools.results_table import at_a_glance, glance, glance_figure
 from primal_dt.tools.study_configs import bc_config, init_config, matched_config
-from primal_dt.tools.study_datasets import dataset_folder, make_arguments, recording_stages
+from primal_dt.tools.study_datasets import (
+    RECORDED,
+    dataset_folder,
+    make_arguments,
+    recording_stages,
+)
 
 REPOSITORY = Path(__file__).resolve().parents[2]  # a clone's (the docs are not in a wheel)
 FIGURES = REPOSITORY / "scripts" / "figures"
@@ -41,6 +45,16 @@ RESULTS_PAGE = REPOSITORY / "docs" / "results.md"
 # Each section's runs as small text (the report's runs/ copy), from which `primal-dt report
 # results-data/<section>` makes the section's report again without the checkpoints.
 RESULTS_DATA = REPOSITORY / "results-data"
+# The one figure of the page's first screen and the README's summary.
+GLANCE_FIGURE = FIGURES / "results_at_a_glance.png"
+# The results page's section for the matched study on the datasets of one quality; a task made apart
+# is in <that>-<env>. The studies of their own (results-attentions, results-init, and replications
+# with new seeds, results-replication*) are not the matched comparison, nor in its table.
+SECTIONS = {
+    "medium": "results",
+    "medium-replay": "results-replay",
+    "medium-expert": "results-expert",
+}
 # The command line that made a section, for its first line, per dataset quality.
 COMMAND = "python scripts/results.py"
 QUALITY_FLAG = {"medium-replay": " --replay", "medium-expert": " --medium-expert"}
@@ -162,7 +176,7 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
         write(section, text)
         if section == "results":  # the matched study on the medium datasets: the page's first
             write("results-first", first_paragraph(data, corl_scores()))
-        _write_page_wide(write)
+        write_page_wide(write)
     return text
 
 
@@ -197,7 +211,7 @@ def combine(study: Study, run: Command, write: WriteSection | None = None) -> st
     text = f"{_combined_line(study, section, data)}\n\n{text}"
     if write is not None:
         write(section, text)
-        _write_page_wide(write)
+        write_page_wide(write)
     return text
 
 
@@ -215,14 +229,20 @@ def _combined_line(study: Study, section: str, data: ReportData) -> str:
     )
 
 
-def kept_sections() -> list[Path]:
-    """The sections whose runs the clone keeps (results-data/<section>/), in name order."""
-    return sorted(p for p in RESULTS_DATA.iterdir() if p.is_dir()) if RESULTS_DATA.is_dir() else []
+def matched_sections() -> list[Path]:
+    """The kept sections of the matched comparison (results-data/<section>/, section a quality's
+    or <that>-<env>), in name order."""
+    names = {*SECTIONS.values()} | {f"{s}-{env}" for s in SECTIONS.values() for env in RECORDED}
+    kept = RESULTS_DATA.iterdir() if RESULTS_DATA.is_dir() else iter(())
+    return sorted(p for p in kept if p.is_dir() and p.name in names)
 
 
-def _write_page_wide(write: WriteSection) -> None:
-    """What every study refreshes: the table of every kept section's runs, the paper's table, once
-    on the page, and the README's summary of the page as it now stands."""
-    write("results-table", results_table(kept_sections()))
+def write_page_wide(write: WriteSection) -> None:
+    """What every study refreshes: the table and figure of the matched sections' kept runs, on the
+    page's first screen and as the README's summary, and the paper's table, once on the page."""
+    seen = glance(matched_sections())
+    if seen is not None and seen.pairs:
+        glance_figure(seen, GLANCE_FIGURE)
+    write("results-table", at_a_glance(seen, figure_link(GLANCE_FIGURE)))
+    write("results-summary", at_a_glance(seen, str(GLANCE_FIGURE.relative_to(REPOSITORY))))
     write("paper-table", paper_section())
-    write("results-summary", summary(RESULTS_PAGE.read_text()))
