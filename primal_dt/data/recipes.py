@@ -37,7 +37,7 @@ from primal_dt.data.recording import (
     versions,
     write_dataset,
 )
-from primal_dt.data.references import reference_for
+from primal_dt.data.references import Reference, reference_for
 from primal_dt.data.sources import local_id, minari_root, minari_root_at, origin
 from primal_dt.data.tasks import EnvInfo, load_envs, resolve_dataset_ids
 
@@ -73,7 +73,7 @@ class MakeOptions:
     root: str | None = None  # the Minari root to write to (default: minari_root())
 
 
-def _check(options: MakeOptions) -> tuple[EnvInfo, str]:
+def _check(options: MakeOptions) -> tuple[EnvInfo, str, Reference | None]:
     """Refuse bad combinations before anything slow runs; returns the env and the dataset id."""
     env = load_envs().get(options.env)
     if env is None:
@@ -112,8 +112,9 @@ def _check(options: MakeOptions) -> tuple[EnvInfo, str]:
             raise DatasetError(f"{label} {path}: no such file")
     if options.reference and not options.expert_policy:
         raise DatasetError("--reference FILE gives the expert's scores: give --expert-policy too")
-    if options.reference:  # refused now, not after an hour of recording
-        reference_for(Path(options.reference), env.gym_id, options.expert_policy or "")
+    given = None  # read and checked now, not after an hour of recording; then used as read
+    if options.reference:
+        given = reference_for(Path(options.reference), env.gym_id, options.expert_policy or "")
     for label, value in (
         ("--episodes", options.episodes),
         ("--steps", options.steps),
@@ -130,18 +131,18 @@ def _check(options: MakeOptions) -> tuple[EnvInfo, str]:
         raise DatasetError(
             f"dataset {dataset_id} already exists in {root}; pass --force to replace it"
         )
-    return env, dataset_id
+    return env, dataset_id, given
 
 
-def _reference(options: MakeOptions, env: EnvInfo, log: Log) -> dict[str, Any] | None:
-    """Mean returns of uniform-random actions and of the expert policy, measured on v5 (or read
-    from the --reference file, measured once for the environment: references.py)."""
+def _reference(
+    options: MakeOptions, env: EnvInfo, log: Log, given: Reference | None
+) -> dict[str, Any] | None:
+    """Mean returns of uniform-random actions and of the expert policy, measured on v5 (or given:
+    the --reference file's, measured once for the environment: references.py)."""
+    if given is not None:
+        return given.provenance()
     if not options.expert_policy:
         return None
-    if options.reference:
-        return reference_for(
-            Path(options.reference), env.gym_id, options.expert_policy
-        ).provenance()
     n = options.ref_episodes
     log(f"measuring reference scores on {env.gym_id}: {n} random and {n} expert episodes")
     space = action_space(env.gym_id)
@@ -289,9 +290,9 @@ def make_dataset(
     options: MakeOptions, log: Log = lambda message: None, progress: bool = False
 ) -> str:
     """Record the recipe's dataset into the Minari root; returns its id."""
-    env, dataset_id = _check(options)
+    env, dataset_id, given = _check(options)
     buffers, algorithm, about, extra = _record(options, env, dataset_id, log, progress)
-    reference = _reference(options, env, log) or _copied_reference(extra)
+    reference = _reference(options, env, log, given) or _copied_reference(extra)
     provenance = {
         "recipe": options.recipe,
         "env_id": env.gym_id,
