@@ -49,7 +49,7 @@ from primal_dt.tools.results_page import (
     precisions,
     section_text,
 )
-from primal_dt.tools.results_table import at_a_glance, glance
+from primal_dt.tools.results_table import NONE_KEPT, at_a_glance, glance
 from primal_dt.tools.runs import read_run
 from primal_dt.tools.study import Study, combine, comparison, record, run_study
 from primal_dt.tools.study_configs import bc_config, init_config, matched_config
@@ -416,6 +416,33 @@ def test_combine_reports_the_tasks_sections_runs_together_and_keeps_what_is_over
     assert "### Paired differences over tasks, over the last quarter\n\n- late" in kept
     assert f"![g]({out / 'results-replay-report' / 'g.png'})" in kept
     assert "once" not in kept and "spectra" not in kept
+
+
+def test_combining_the_medium_tasks_writes_the_pages_first_paragraph(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The matched medium study made a task at a time: --combine --write-docs writes its
+    section, the page's first paragraph from the combined report, and the page-wide parts."""
+    monkeypatch.setattr(study_module, "RESULTS_DATA", tmp_path / "results-data")  # none kept
+    out, written = tmp_path / "out", {}
+
+    def command(*args: str, env: dict[str, str]) -> str:
+        report_json(Path(args[args.index("--out") + 1]), ReportData([], 2, "b", FACTS, ""))
+        return ""
+
+    for name in RECORDED:
+        (out / f"results-{name}-runs").mkdir(parents=True)
+    study = Study(out, recorded_tasks("medium"), "medium")
+    combine(study, command, lambda name, text: written.setdefault(name, text))
+    assert list(written) == [
+        "results",
+        "results-first",
+        "results-table",
+        "results-summary",
+        "paper-table",
+    ]
+    assert written["results-first"] == first_paragraph(ReportData([], 2, "b", FACTS), corl_scores())
+    assert written["results-table"] == written["results-summary"] == NONE_KEPT
 
 
 def test_the_pages_first_paragraph_says_budget_power_and_corls_fraction() -> None:

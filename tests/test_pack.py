@@ -8,9 +8,10 @@ import signal
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
-from conftest import DEVICE, TINY
+from conftest import DEVICE, TINY, hopper_policy
 from test_reproducibility import assert_same, start, stop_and_resume
 from torch import Tensor
 from torch.func import vmap
@@ -19,6 +20,16 @@ from primal_dt.cli import build_parser, main
 from primal_dt.common.errors import ConfigError
 from primal_dt.common.loading import load_config
 from primal_dt.data.tasks import resolve_task
+from primal_dt.evaluation.packed import PackedPolicy, score_pack
+from primal_dt.evaluation.rollout import (
+    EvalOptions,
+    EvalPlan,
+    evaluation_record,
+    load_policy,
+    plan_evaluation,
+    score_targets,
+)
+from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
 from primal_dt.store.results import read_results
 from primal_dt.store.rundir import RunDir
@@ -176,6 +187,7 @@ def test_a_packed_run_is_a_whole_run(straight_pack, tmp_path, capsys) -> None:
         assert (run_dir / "config.json").is_file() and list(run_dir.glob("events.out.*"))
         finals = [r for r in read_results(RunDir(run_dir)) if r.final]
         assert [r.step for r in finals] == [STEPS]
+        assert {r.pack for r in read_results(RunDir(run_dir))} == {2}  # evaluated as one
         assert [r.step for r in read_results(RunDir(run_dir)) if not r.final] == [20, 40]
     assert main(["eval", "--ckpt", str(second), "--episodes", "1", "--device", DEVICE]) == 0
     assert "hopper-medium" in capsys.readouterr().out
@@ -316,3 +328,61 @@ def test_a_compiled_pack_steps_as_the_eager_pack(minari_root, tmp_path) -> None:
         for name, tensor in eager.items():
             if tensor.is_floating_point():
                 assert relative_difference(compiled[name], tensor) < 1e-5, name
+
+
+def test_a_pack_is_rolled_out_with_one_forward_a_step_and_each_runs_lone_returns(
+    monkeypatch,
+) -> None:
+    """Three runs' policies, each with its own seed's episodes, in one vector environment: one
+    batched forward per environment step for all 18 episodes, and each run's returns its lone
+    rollout's (float32: to the rounding of batched products)."""
+    policy, task = hopper_policy()
+    policies = [policy]
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        policies.append(
+            replace(policy, model=DecisionTransformer(policy.model.config, 11, 3, 1000))
+        )
+    packed = PackedPolicy.of(policies)
+    batches: list[int] = []
+    act = PackedPolicy.act
+    monkeypatch.setattr(
+        PackedPolicy,
+        "act",
+        lambda self, *windows: batches.append(len(windows[0])) or act(self, *windows),
+    )
+    plans = [EvalPlan(3, seed, (3600.0, 1800.0), False, 0, 0) for seed in (10, 20, 30)]
+    found = score_pack(packed, task, plans)
+    longest = max(int(r.lengths.max()) for results in found for r in results)
+    assert batches == [18] * longest
+    for alone_policy, asked, results in zip(policies, plans, found, strict=True):
+        alone = score_targets(alone_policy, task, asked.episodes, asked.seed, asked.targets)
+        for got, want in zip(results, alone, strict=True):
+            np.testing.assert_array_equal(got.lengths, want.lengths)
+            np.testing.assert_allclose(got.returns, want.returns, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(found[0][0].returns, found[1][0].returns)  # three runs, not one
+    with pytest.raises(ValueError, match="differ in more than their weights"):
+        PackedPolicy.of([policy, replace(policy, return_scale=1.0)])
+
+
+@pytest.mark.parametrize("service", ["inline", "process"])
+def test_a_pack_is_evaluated_as_one_into_each_runs_records(minari_root, tmp_path, service) -> None:
+    """Each evaluation step's snapshots of the pack's runs rolled out together, inline or in the
+    pack's one process beside training: each run's eval.jsonl holds its own records (marked with
+    the pack's size), whose returns are those of its checkpoint evaluated alone (float32)."""
+    settings = [*FP32, f'eval.service="{service}"', "train.steps=40", "train.eval_every=20"]
+    task = resolve_task("hopper-medium")
+    config = load_config(None, [*settings, "eval.final_episodes=2"])
+    runs = [tmp_path / "p0", tmp_path / "p1"]
+    start_pack(with_seeds(config, [0, 1]), task, runs, "tiny").train(progress=False)
+    finals = []
+    for run in runs:
+        records = read_results(RunDir(run))
+        assert [(r.step, r.final, r.pack) for r in records] == [(20, False, 2), (40, True, 2)]
+        snapshot = read_snapshot(run)
+        policy = load_policy(snapshot, torch.device("cpu"), "the final checkpoint")
+        alone = evaluation_record(snapshot, policy, plan_evaluation(snapshot, EvalOptions()), "")
+        for got, want in zip(records[-1].results, alone.results, strict=True):
+            assert got.return_mean == pytest.approx(want.return_mean, rel=1e-6)
+        finals.append(records[-1].results[0].return_mean)
+    assert finals[0] != finals[1]

@@ -15,6 +15,9 @@ never did. make_evaluator picks the implementation from eval.service:
 - "process" (the default): a process beside training takes the snapshots from the run's file
   queue, at the lowest CPU priority (cpu.yield_cpu), and dies with the trainer;
 - "external": only queues the snapshots, for `primal-dt eval --watch RUN_DIR` elsewhere.
+
+The runs of a pack (training/pack.py) get PackMembers instead (pack_evaluators): one evaluation
+for them all, inline or in one process, that rolls each step's snapshots out as one (packed.py).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import torch
 from primal_dt.common.config import Config
 from primal_dt.common.cpu import evaluation_threads
 from primal_dt.common.device import resolve_device
+from primal_dt.evaluation.packed import evaluate_queues, evaluate_together, serve_pack
 from primal_dt.evaluation.rollout import EvalOptions
 from primal_dt.evaluation.service import CheckpointEvaluator, queue_snapshot, serve
 from primal_dt.store.locks import RunLock
@@ -241,6 +245,156 @@ class ExternalEvaluator(RunEvaluator):
         return None
 
 
+class PackEvaluation:
+    """The one evaluation of a pack's runs, shared by their PackMembers: in this process, at the
+    last run's submit of a step (inline), or in one process beside training that takes every
+    run's file queue (process); either way each step's snapshots are rolled out as one
+    (packed.py). Started by the first member to enter, stopped by the last to leave."""
+
+    def __init__(
+        self, runs: list[RunDir], options: EvalOptions, device: torch.device, inline: bool
+    ) -> None:
+        self.runs, self.options, self.device, self.inline = runs, options, device, inline
+        self.notes: list[list[str]] = [[] for _ in runs]  # each run's, until its member says them
+        self.entered = 0
+        self.finished = False
+        self.evaluators: list[CheckpointEvaluator] = []  # inline's, one per run
+        self.pending: dict[int, Snapshot] = {}  # inline: this step's snapshots, by run
+        self._context = multiprocessing.get_context("spawn")
+        self._finish = self._context.Event()
+        self._process: Any = None
+        self._queue: Any = None
+
+    def enter(self) -> None:
+        self.entered += 1
+        if self.entered > 1:
+            return
+        if self.inline:
+            self.evaluators = [
+                CheckpointEvaluator(run, self.options, self.device, self.notes[r].append)
+                for r, run in enumerate(self.runs)
+            ]
+            with isolated_from_training(self.device):  # what an earlier evaluator left queued
+                evaluate_queues(self.evaluators, finishing=True)
+        else:
+            self._start()
+
+    def leave(self, failed: bool) -> None:
+        self.entered -= 1
+        if failed and self._process is not None and self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout=10)
+        if self.entered == 0:
+            for evaluator in self.evaluators:
+                evaluator.close()
+
+    def hand_over(self, run: int, snapshot: Snapshot) -> None:
+        if not self.inline:
+            queue_snapshot(self.runs[run], snapshot)
+            return
+        self.pending[run] = snapshot
+        if len(self.pending) == len(self.runs):
+            self._evaluate_pending()
+
+    def _evaluate_pending(self) -> None:
+        runs, self.pending = sorted(self.pending.items()), {}
+        with isolated_from_training(self.device):
+            evaluate_together(
+                [self.evaluators[r] for r, _ in runs],
+                [snapshot for _, snapshot in runs],
+                [str(self.runs[r]) for r, _ in runs],
+            )
+
+    def _start(self) -> None:
+        self._queue = self._context.Queue()  # a fresh one: a killed process may leave it locked
+        self._process = self._context.Process(
+            target=serve_pack,
+            args=(
+                [str(run) for run in self.runs],
+                self.options,
+                self._finish,
+                os.getpid(),
+                self._queue,
+            ),
+            name="primal-dt-eval-pack",
+        )
+        self._process.start()
+
+    def _drain(self) -> None:
+        while self._queue is not None:
+            try:
+                run, line = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self.notes[run].append(line)
+
+    def notes_of(self, run: int) -> list[str]:
+        """Run `run`'s notes since the last call; the process restarted where it died."""
+        if not self.inline:
+            self._drain()
+            if not self._process.is_alive() and not self._finish.is_set():
+                self.notes[run].append(
+                    f"the pack's evaluation process exited with code {self._process.exitcode}; "
+                    "restarting it"
+                )
+                self._start()
+        notes, self.notes[run] = self.notes[run], []
+        return notes
+
+    def finish(self, say: Say) -> None:
+        """Evaluate what is left (the first member's finish; the others find it done)."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.inline:
+            if self.pending:
+                self._evaluate_pending()
+            return
+        self._finish.set()
+        while self._process.is_alive():  # reading its notes, so it never blocks on a full pipe
+            self._drain()
+            self._process.join(timeout=0.2)
+        self._drain()
+        if self._process.exitcode != 0 and any(run.queued_snapshots() for run in self.runs):
+            say("the pack's evaluation process failed; evaluating the rest here")
+            evaluators = [
+                CheckpointEvaluator(run, self.options, self.device, self.notes[r].append)
+                for r, run in enumerate(self.runs)
+            ]
+            evaluate_queues(evaluators, finishing=True)
+            for evaluator in evaluators:
+                evaluator.close()
+
+
+class PackMember(RunEvaluator):
+    """A run's evaluator in a pack: what it submits joins the pack's evaluation (PackEvaluation);
+    what it says and returns is its own run's."""
+
+    def __init__(self, shared: PackEvaluation, run: int) -> None:
+        super().__init__(shared.runs[run], shared.options, shared.device)
+        self.shared, self.index = shared, run
+        self.locks = [RunLock(self.run, "eval")]
+
+    def __enter__(self) -> PackMember:
+        super().__enter__()
+        self.shared.enter()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: Any) -> None:
+        self.shared.leave(kind is not None)
+
+    def _hand_over(self, snapshot: Snapshot) -> None:
+        self.shared.hand_over(self.index, snapshot)
+
+    def _notes(self) -> list[str]:
+        return self.shared.notes_of(self.index)
+
+    def _wait(self, say: Say, step: int) -> None:
+        if not self.shared.finished and (self.run.queued(step).exists() or self.shared.pending):
+            say("training done; waiting for the pack's final evaluation")
+        self.shared.finish(say)
+
+
 EVALUATORS: dict[str, type[RunEvaluator]] = {
     "inline": InlineEvaluator,
     "process": BackgroundEvaluator,
@@ -261,3 +415,14 @@ def make_evaluator(config: Config, run: RunDir) -> RunEvaluator:
     external = config.eval.service == "external"  # evaluated elsewhere: nothing to check here
     device = torch.device("cpu") if external else resolve_device(name, "eval.device")
     return EVALUATORS[config.eval.service](run, options, device)
+
+
+def pack_evaluators(configs: list[Config], runs: list[RunDir]) -> list[RunEvaluator]:
+    """The evaluators of a pack's runs: with eval.service inline or process, members of one
+    PackEvaluation (each step's snapshots rolled out as one); else each run's own."""
+    alone = [make_evaluator(config, run) for config, run in zip(configs, runs, strict=True)]
+    first = alone[0]
+    if len(runs) < 2 or type(first) not in (InlineEvaluator, BackgroundEvaluator):
+        return alone
+    shared = PackEvaluation(runs, first.options, first.device, isinstance(first, InlineEvaluator))
+    return [PackMember(shared, run) for run in range(len(runs))]

@@ -85,6 +85,22 @@ class Policy:
     def context_len(self) -> int:
         return self.model.config.context_len
 
+    @property
+    def runs(self) -> int:
+        """The models acting at once: 1, or a pack's (packed.PackedPolicy)."""
+        return 1
+
+    def act(
+        self,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        rtg: torch.Tensor,
+        timesteps: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """The action (B, A) of each window's last step (model.act)."""
+        return self.model.act(states, actions, rtg, timesteps, mask)
+
 
 @dataclass
 class TargetResult:
@@ -136,11 +152,16 @@ def rollout(
     on its seed and target, not on how many run beside it. Every step is one batched model call
     for all slots (model.act: the last action of each window, without computing the others).
     Slots left without a job keep stepping (reset when they end) but are not counted.
+
+    A pack's policy (policy.runs > 1) acts for every slot at once, run r's model in the r-th of
+    `runs` equal blocks of slots: its jobs come run by run, and all start at once.
     """
     model, device, k = policy.model, policy.device, policy.context_len
     slots = min(len(jobs), num_envs or len(jobs))
     if on_frame is not None and len(jobs) != 1:
         raise ValueError("rendering records one episode at a time")
+    if policy.runs > 1 and (slots != len(jobs) or len(jobs) % policy.runs):
+        raise ValueError("a pack's jobs come run by run, as many each, and all start at once")
     envs = make_vector(task, slots, workers, render=on_frame is not None)
     with evaluating(model), closing(envs):
         obs, _ = envs.reset(seed=[job.seed for job in jobs[:slots]])
@@ -170,7 +191,7 @@ def rollout(
             timesteps = (t[:, None] - (k - 1) + positions).clamp(min=0)
             mask = positions[None, :] >= (k - 1 - t)[:, None]
             with autocast(policy.precision, device):
-                action = model.act(states, actions, rtg, timesteps, mask).float()
+                action = policy.act(states, actions, rtg, timesteps, mask).float()
             actions[:, -1] = action
             obs, reward, terminated, truncated, _ = envs.step(
                 np.clip(action.cpu().numpy(), low, high)
@@ -230,6 +251,17 @@ def score_targets(
     targets = tuple(targets or task.eval_targets)
     jobs = make_jobs(targets, episodes, seed)
     returns, lengths = rollout(policy, task, jobs, num_envs, workers)
+    return target_results(task, targets, jobs, returns, lengths)
+
+
+def target_results(
+    task: TaskInfo,
+    targets: tuple[float, ...],
+    jobs: list[Job],
+    returns: np.ndarray,
+    lengths: np.ndarray,
+) -> list[TargetResult]:
+    """The jobs' returns and lengths, target by target, with their normalised scores."""
     results = []
     for index, target in enumerate(targets):
         ours = np.array([job.target_index == index for job in jobs])
@@ -269,7 +301,8 @@ def check_env_matches(task: TaskInfo, state_dim: int, act_dim: int, what: str) -
 @dataclass
 class EvalOptions:
     """What a command asks of an evaluation; None (or 0) leaves it to plan_evaluation's defaults
-    from the run, so re-evaluating a checkpoint repeats the numbers logged in training."""
+    from the run, so re-evaluating a checkpoint repeats the numbers logged in training (those of
+    a run evaluated in its pack to the rounding of batched products: packed.py)."""
 
     device: str = "auto"
     workers: int = 0
@@ -337,6 +370,20 @@ def evaluation_record(
     start = time.perf_counter()
     task = snapshot.task
     results = score_targets(policy, task, plan.episodes, plan.seed, plan.targets, plan.workers)
+    return result_record(snapshot, policy, plan, checkpoint, results, time.perf_counter() - start)
+
+
+def result_record(
+    snapshot: Snapshot,
+    policy: Policy,
+    plan: EvalPlan,
+    checkpoint: str,
+    results: list[TargetResult],
+    seconds: float,
+    pack: int = 1,
+) -> EvalResult:
+    """The record of an evaluation that gave results in seconds (with `pack` runs at once)."""
+    task = snapshot.task
     summaries = [r.summary() for r in results]
     record = EvalResult(
         step=snapshot.step,
@@ -349,7 +396,8 @@ def evaluation_record(
         final=plan.final,
         reference=task.reference,
         results=summaries,
-        seconds=round(time.perf_counter() - start, 2),
+        seconds=round(seconds, 2),
+        pack=pack,
         finished_at=round(time.time(), 3),
         dataset_best_return=task.dataset_best_return,
         device=str(policy.device),

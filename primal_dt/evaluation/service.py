@@ -99,7 +99,7 @@ class CheckpointEvaluator:
         try:
             snapshot = read_snapshot(path, map_location=self.device)
         except Exception as err:  # a bad snapshot must never stop the evaluator
-            return self._failed(step_of(path), name, err)
+            return self.failed(step_of(path), name, err)
         return self.evaluate_snapshot(snapshot, name)
 
     def evaluate_snapshot(self, snapshot: Snapshot, name: str) -> EvalResult:
@@ -112,7 +112,14 @@ class CheckpointEvaluator:
             if plan.videos:
                 add_videos(record, snapshot, policy, plan, self.run.videos)
         except Exception as err:  # a bad snapshot must never stop the evaluator
-            return self._failed(snapshot.step, name, err)
+            return self.failed(snapshot.step, name, err)
+        return self.keep(snapshot, policy.model, record)
+
+    def keep(
+        self, snapshot: Snapshot, model: DecisionTransformer, record: EvalResult
+    ) -> EvalResult:
+        """Record an evaluation of the snapshot (whose model it loaded): best.pt where it is the
+        best so far, TensorBoard's scalars, videos and spectrum, and eval.jsonl."""
         assert record.score is not None
         if record.score > self._best:
             self._best = record.score
@@ -120,11 +127,12 @@ class CheckpointEvaluator:
             record.best = True
         self._log_scalars(record)
         self._log_videos(record)
-        self._log_spectrum(snapshot, policy.model)
+        self._log_spectrum(snapshot, model)
         append_result(self.run, record)
         return record
 
-    def _failed(self, step: int, name: str, err: Exception) -> EvalResult:
+    def failed(self, step: int, name: str, err: Exception) -> EvalResult:
+        """Record why the snapshot of `step` could not be evaluated."""
         record = EvalResult(step, name, error=f"{type(err).__name__}: {first_line(err)}")
         append_result(self.run, record)
         return record

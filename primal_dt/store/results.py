@@ -52,6 +52,9 @@ class EvalResult:
     results: list[TargetSummary] = field(default_factory=list)
     score: float | None = None
     seconds: float = 0.0
+    # the runs rolled out together in one batched pass (a pack's: evaluation/packed.py), whose
+    # `seconds` are the pass's; 1 for a run evaluated alone (and in records older than this field)
+    pack: int = 1
     # the wall-clock time it ended (seconds since the epoch; None in records older than this
     # field): what ends a training session whose last act it was (training_log.training_sessions)
     finished_at: float | None = None
@@ -173,7 +176,9 @@ def describe(record: EvalResult) -> str:
         score = "" if s.normalized_mean is None else f" (normalized {s.normalized_mean:.1f})"
         parts.append(f"target {s.target:g}: return {s.return_mean:.1f}{score}")
     kind = "final evaluation" if record.final else "evaluation"
-    line = f"step {record.step}: {kind} over {record.episodes} episodes, " + ", ".join(parts)
+    together = f" (its pack's {record.pack} runs at once)" if record.pack > 1 else ""
+    line = f"step {record.step}: {kind} over {record.episodes} episodes{together}, "
+    line += ", ".join(parts)
     if record.videos:
         line += f"; {len(record.videos)} videos in {Path(record.videos[0]).parent}"
     if record.video_error:

@@ -211,6 +211,8 @@ def combine(study: Study, run: Command, write: WriteSection | None = None) -> st
     text = f"{_combined_line(study, section, data)}\n\n{text}"
     if write is not None:
         write(section, text)
+        if section == "results":  # the matched medium study, made a task at a time
+            write("results-first", first_paragraph(data, corl_scores()))
         write_page_wide(write)
     return text
 
@@ -229,12 +231,15 @@ def _combined_line(study: Study, section: str, data: ReportData) -> str:
     )
 
 
+def kept_sections() -> list[Path]:
+    """The sections whose runs the clone keeps (results-data/<section>/), in name order."""
+    return sorted(p for p in RESULTS_DATA.iterdir() if p.is_dir()) if RESULTS_DATA.is_dir() else []
+
+
 def matched_sections() -> list[Path]:
-    """The kept sections of the matched comparison (results-data/<section>/, section a quality's
-    or <that>-<env>), in name order."""
+    """The kept sections of the matched comparison (section a quality's or <that>-<env>)."""
     names = {*SECTIONS.values()} | {f"{s}-{env}" for s in SECTIONS.values() for env in RECORDED}
-    kept = RESULTS_DATA.iterdir() if RESULTS_DATA.is_dir() else iter(())
-    return sorted(p for p in kept if p.is_dir() and p.name in names)
+    return [p for p in kept_sections() if p.name in names]
 
 
 def write_page_wide(write: WriteSection) -> None:

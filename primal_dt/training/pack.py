@@ -6,8 +6,10 @@ parameters, buffers and AdamW state of the R runs are stacked on a leading run d
 (torch.func.stack_module_state), and one step (step.py's whole step, vmapped over that dimension,
 and compiled with train.compile) trains them all, so that R small models fill a device as one
 large one. Each run stays a whole run (a Trainer of its own, trainer.py): its run directory,
-config.json, TensorBoard events, evaluator and eval.jsonl, checkpoints that `eval`, `report` and
-`--resume` read as any run's, and its run lock.
+config.json, TensorBoard events, eval.jsonl, checkpoints that `eval`, `report` and `--resume`
+read as any run's, and its run lock. The pack is evaluated as one (evaluation/packed.py): each
+evaluation step's snapshots of every run in one batched rollout, each run's record in its own
+eval.jsonl.
 
 What keeps a run in a pack the run it would be alone:
 
@@ -47,6 +49,7 @@ from primal_dt.common.errors import ConfigError
 from primal_dt.common.progress import progress_bar
 from primal_dt.common.signals import StopSignals
 from primal_dt.data.episodes import Batch
+from primal_dt.evaluation.evaluators import pack_evaluators
 from primal_dt.method.dropout import draw_key_pairs, supplied_keys
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.store.results import EvalResult
@@ -252,6 +255,13 @@ class Pack:
 
     trainers: list[Trainer]
     rng_states: list[Tensor]
+
+    def __post_init__(self) -> None:
+        # One evaluation for the pack: each step's snapshots rolled out as one (evaluators.py).
+        configs = [trainer.config for trainer in self.trainers]
+        runs = [trainer.run_dir for trainer in self.trainers]
+        for trainer, evaluator in zip(self.trainers, pack_evaluators(configs, runs), strict=True):
+            trainer.use_evaluator(evaluator)
 
     @property
     def run_dirs(self) -> list[str]:
