@@ -32,7 +32,7 @@ from primal_dt.evaluation.rollout import (
 from primal_dt.method.model import DecisionTransformer
 from primal_dt.method.registry import ATTENTIONS
 from primal_dt.store.results import read_results
-from primal_dt.store.rundir import RunDir
+from primal_dt.store.rundir import RunDir, step_of
 from primal_dt.store.snapshots import read_snapshot
 from primal_dt.tools.grid import SweepOptions, group_packs, pack_command, pack_size, plan
 from primal_dt.training.launch import resume_pack, start_pack, start_run, with_seeds
@@ -386,3 +386,41 @@ def test_a_pack_is_evaluated_as_one_into_each_runs_records(minari_root, tmp_path
             assert got.return_mean == pytest.approx(want.return_mean, rel=1e-6)
         finals.append(records[-1].results[0].return_mean)
     assert finals[0] != finals[1]
+
+
+def test_a_packs_queues_are_taken_a_step_at_a_time_with_every_run_that_queued_it(
+    tmp_path, monkeypatch
+) -> None:
+    """A step is evaluated once every run has queued it, or some run a later one (the others
+    never will), or when finishing; never before a step still waiting; files go once done."""
+    from types import SimpleNamespace
+
+    from primal_dt.evaluation import packed
+
+    runs = [RunDir(tmp_path / f"r{r}") for r in range(2)]
+    groups: list[tuple[int, list[str]]] = []
+    monkeypatch.setattr(packed, "read_snapshot", lambda path, map_location: path)
+    monkeypatch.setattr(
+        packed,
+        "evaluate_together",
+        lambda evs, paths, names: groups.append((step_of(paths[0]), names)) or [],
+    )
+    evaluators: list = [SimpleNamespace(run=run, device="cpu") for run in runs]
+
+    def queue(run: int, step: int) -> None:
+        runs[run].queue.mkdir(parents=True, exist_ok=True)
+        runs[run].queued(step).write_bytes(b"")
+
+    queue(0, 20)
+    packed.evaluate_queues(evaluators, finishing=False)
+    assert groups == [] and runs[0].queued(20).exists()  # the other run has not queued it yet
+    queue(1, 20)
+    queue(0, 40)
+    packed.evaluate_queues(evaluators, finishing=False)
+    assert groups == [(20, [str(runs[0]), str(runs[1])])]  # 40 waits for run 1
+    queue(0, 60)  # run 1 never queued 40 (a resumed run that had it): 60 says it never will
+    packed.evaluate_queues(evaluators, finishing=False)
+    assert groups[1:] == [(40, [str(runs[0])])]
+    packed.evaluate_queues(evaluators, finishing=True)
+    assert groups[2:] == [(60, [str(runs[0])])]
+    assert not runs[0].queued_snapshots() and not runs[1].queued_snapshots()
