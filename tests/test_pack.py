@@ -286,14 +286,15 @@ def test_sweep_trains_packs(minari_root, tmp_path, capsys) -> None:
 
 
 def test_runs_of_a_pack_may_differ_in_their_values(minari_root, tmp_path) -> None:
-    """Learning rate, weight decay and auxiliary weight are values the step takes per run: a pack
-    of runs that differ in them gives each its lone run (float32, 20 steps)."""
+    """Learning rate, weight decay, auxiliary weight and return conditioning are values the step
+    takes per run: a pack of runs that differ in them gives each its lone run (float32, 20
+    steps), the first here a behaviour-cloning one."""
     task = resolve_task("hopper-medium")
     base = [*FP32, "train.steps=20"]
     if DEVICE != "cpu":
         base.append("model.dropout=0.0")
     values = [
-        ("train.lr=1e-4", "train.aux_weight=0.05"),
+        ("train.lr=1e-4", "train.aux_weight=0.05", "model.return_conditioning=false"),
         ("train.lr=3e-4", "train.weight_decay=0.01", "train.aux_weight=0.2"),
     ]
     configs = [
@@ -335,14 +336,13 @@ def test_a_pack_is_rolled_out_with_one_forward_a_step_and_each_runs_lone_returns
 ) -> None:
     """Three runs' policies, each with its own seed's episodes, in one vector environment: one
     batched forward per environment step for all 18 episodes, and each run's returns its lone
-    rollout's (float32: to the rounding of batched products)."""
+    rollout's (float32: to the rounding of batched products), a behaviour-cloning run's too."""
     policy, task = hopper_policy()
     policies = [policy]
-    for seed in (1, 2):
+    for seed, conditioned in ((1, False), (2, True)):  # run 1 clones behaviour
         torch.manual_seed(seed)
-        policies.append(
-            replace(policy, model=DecisionTransformer(policy.model.config, 11, 3, 1000))
-        )
+        config = replace(policy.model.config, return_conditioning=conditioned)
+        policies.append(replace(policy, model=DecisionTransformer(config, 11, 3, 1000)))
     packed = PackedPolicy.of(policies)
     batches: list[int] = []
     act = PackedPolicy.act
@@ -360,7 +360,8 @@ def test_a_pack_is_rolled_out_with_one_forward_a_step_and_each_runs_lone_returns
         for got, want in zip(results, alone, strict=True):
             np.testing.assert_array_equal(got.lengths, want.lengths)
             np.testing.assert_allclose(got.returns, want.returns, rtol=1e-6, atol=1e-6)
-    assert not np.allclose(found[0][0].returns, found[1][0].returns)  # three runs, not one
+    assert not np.allclose(found[0][0].returns, found[2][0].returns)  # three runs, not one
+    np.testing.assert_array_equal(found[1][0].returns, found[1][1].returns)  # targets unread
     with pytest.raises(ValueError, match="differ in more than their weights"):
         PackedPolicy.of([policy, replace(policy, return_scale=1.0)])
 

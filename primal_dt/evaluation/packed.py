@@ -69,6 +69,9 @@ class PackedPolicy(Policy):
 
     weights: dict[str, Tensor] = field(default_factory=dict)  # "model.<name>": (R, ...) stacked
     count: int = 1
+    # (R,) bool, each run's model.return_conditioning: a run without it acts on zero returns, as
+    # its lone model makes them (the skeleton, self.model, is a conditioning run's); None: all do
+    conditioned: Tensor | None = None
 
     @property
     def runs(self) -> int:
@@ -85,18 +88,26 @@ class PackedPolicy(Policy):
         def by_run(x: Tensor) -> Tensor:  # (R * S, ...) -> (R, S, ...)
             return x.reshape(self.count, x.shape[0] // self.count, *x.shape[1:])
 
+        if self.conditioned is not None:
+            rtg = torch.where(self.conditioned[:, None, None], by_run(rtg), 0.0).flatten(0, 1)
         windows = [by_run(x) for x in (states, actions, rtg, timesteps, mask)]
         action = vmap(one_run)(self.weights, *windows)  # (R, S, A)
         return action.reshape(-1, action.shape[-1])
 
     @classmethod
     def of(cls, policies: list[Policy]) -> PackedPolicy:
-        """The policies as one; ValueError where they do not act alike but for their weights
-        (another model, state statistics, return scale, precision or device)."""
+        """The policies as one; ValueError where they do not act alike but for their weights and
+        their return conditioning (another model, state statistics, return scale, precision or
+        device)."""
         first = policies[0]
+        conditioned = [policy.model.config.return_conditioning for policy in policies]
+
+        def shape(policy: Policy) -> Any:
+            return dataclasses.replace(policy.model.config, return_conditioning=True)
+
         for policy in policies[1:]:
             alike = (
-                policy.model.config == first.model.config
+                shape(policy) == shape(first)
                 and (policy.model.state_dim, policy.model.act_dim)
                 == (first.model.state_dim, first.model.act_dim)
                 and torch.equal(policy.state_mean, first.state_mean)
@@ -108,8 +119,9 @@ class PackedPolicy(Policy):
                 raise ValueError("the runs' policies differ in more than their weights")
         params, buffers = stack_module_state([policy.model for policy in policies])
         weights = {f"model.{name}": w.detach() for name, w in {**params, **buffers}.items()}
+        skeleton = policies[conditioned.index(True) if any(conditioned) else 0].model
         return cls(
-            first.model,
+            skeleton,
             first.state_mean,
             first.state_std,
             first.return_scale,
@@ -117,6 +129,7 @@ class PackedPolicy(Policy):
             first.precision,
             weights,
             len(policies),
+            None if all(conditioned) else torch.tensor(conditioned, device=first.device),
         )
 
 

@@ -1,7 +1,9 @@
 """Many runs trained as one batched model: a pack.
 
 Runs of one task and one configuration that differ only in their seed (and in the values the step
-takes per run: train.lr, train.weight_decay, train.aux_weight) train in one process: the
+takes per run: train.lr, train.weight_decay, train.aux_weight, and model.return_conditioning, a
+run without it seeing its windows' returns as zeros, as its lone model makes them) train in one
+process: the
 parameters, buffers and AdamW state of the R runs are stacked on a leading run dimension
 (torch.func.stack_module_state), and one step (step.py's whole step, vmapped over that dimension,
 and compiled with train.compile) trains them all, so that R small models fill a device as one
@@ -68,7 +70,13 @@ from primal_dt.training.trainer import EvaluationFailed, Metrics, Trainer, Train
 
 # The settings runs of one pack may differ in: values that the step takes per run (all others
 # shape the model, the data or the schedule that the runs share).
-PACK_FREE = ("train.seed", "train.lr", "train.weight_decay", "train.aux_weight")
+PACK_FREE = (
+    "train.seed",
+    "train.lr",
+    "train.weight_decay",
+    "train.aux_weight",
+    "model.return_conditioning",
+)
 
 
 # How a run is executed but for what a pack must share: its length and its device.
@@ -115,7 +123,16 @@ class PackedModel:
     def __init__(self, trainers: list[Trainer], rng_states: list[Tensor]) -> None:
         first = trainers[0]
         self.trainers = trainers
-        self.template: DecisionTransformer = first.model
+        # Runs without return conditioning (behaviour cloning) get their windows' returns as
+        # zeros here, as their lone model zeros them itself (model.embed): the functional
+        # skeleton is a conditioning run's model where the pack has one.
+        conditioned = [trainer.config.model.return_conditioning for trainer in trainers]
+        self.conditioned = (
+            None if all(conditioned) else torch.tensor(conditioned, device=first.device)
+        )
+        self.template: DecisionTransformer = trainers[
+            conditioned.index(True) if any(conditioned) else 0
+        ].model
         self.device = first.device
         models = [trainer.model for trainer in trainers]
         params, buffers = stack_module_state(models)
@@ -225,6 +242,12 @@ class PackedModel:
         train = self.trainers[0].config.train
         batches = [trainer.sampler.sample(train.batch_size) for trainer in self.trainers]
         batch = Batch(*(torch.stack(fields) for fields in zip(*batches, strict=True)))
+        if self.conditioned is not None:  # (R, B, K): zeros for the runs that do not condition
+            rtg = batch.returns_to_go
+            zeros = torch.zeros_like(rtg)
+            batch = batch._replace(
+                returns_to_go=torch.where(self.conditioned[:, None, None], rtg, zeros)
+            )
         if self.keyed and not self.counted:
             self._count_calls(batch)
         if self.redraws:
