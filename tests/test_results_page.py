@@ -10,23 +10,31 @@ from conftest import ROOT
 
 PAGE = ROOT / "docs" / "results.md"
 HAND = re.compile(r"<!-- hand ([\w,-]+) -->\n(.*?)<!-- /hand -->", re.S)
-DECIMAL = re.compile(r"\d+\.\d+")  # a number with a fraction: a measured one, not a count
+# A number with a fraction (a measured one, not a count), with its sign where it has one: a
+# signed number is matched with its sign, an unsigned one with or without.
+DECIMAL = re.compile(r"(?<![\d.])([+\-−]?)(\d+\.\d+)")
 
 
-def section(page: str, name: str) -> str:
-    """The text between the page's markers of section name ("" where it has none)."""
-    found = re.search(
-        rf"<!-- {re.escape(name)}:start -->\n(.*?)<!-- {re.escape(name)}:end -->", page, re.S
-    )
-    return found.group(1) if found else ""
+def section(page: str, name: str) -> str | None:
+    """The text between the page's markers of section name (None where it has none)."""
+    name = re.escape(name)
+    found = re.search(rf"<!-- {name}:start -->\n(.*?)<!-- {name}:end -->", page, re.S)
+    return found.group(1) if found else None
 
 
 def unquoted(page: str) -> list[tuple[str, str]]:
-    """(sections, number) for every decimal a hand block quotes that none of its sections print."""
+    """(sections, number) for every decimal a hand block quotes that none of its sections print,
+    and (section, "no such section") for a section it names that the page does not hold."""
     missing = []
     for names, text in HAND.findall(page):
-        printed = set(DECIMAL.findall("".join(section(page, n) for n in names.split(","))))
-        missing += [(names, n) for n in DECIMAL.findall(text) if n not in printed]
+        texts = {name: section(page, name) for name in names.split(",")}
+        missing += [(name, "no such section") for name, found in texts.items() if found is None]
+        printed = DECIMAL.findall("".join(found or "" for found in texts.values()))
+        signed = {sign.replace("−", "-") + number for sign, number in printed}
+        bare = {number for _, number in printed}
+        for sign, number in DECIMAL.findall(text):
+            if (sign.replace("−", "-") + number not in signed) if sign else (number not in bare):
+                missing.append((names, sign + number))
     return missing
 
 
@@ -43,4 +51,11 @@ def test_a_drifted_or_unsourced_number_in_a_hand_paragraph_is_found() -> None:
         "<!-- hand a,b -->\nx scores below y, -3.4 [-5.5, -1.2], and 0.31 of 12.6.\n<!-- /hand -->\n"
         "<!-- hand b -->\n-3.4 is a's, not b's.\n<!-- /hand -->"
     )
-    assert unquoted(page) == [("a,b", "12.6"), ("b", "3.4")]
+    assert unquoted(page) == [("a,b", "12.6"), ("b", "-3.4")]
+    flipped = page.replace("x scores below y, -3.4", "x scores above y, +3.4")
+    assert ("a,b", "+3.4") in unquoted(flipped)
+    assert unquoted(page.replace("<!-- hand b -->", "<!-- hand c -->")) == [
+        ("a,b", "12.6"),
+        ("c", "no such section"),
+        ("c", "-3.4"),
+    ]

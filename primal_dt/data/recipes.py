@@ -74,7 +74,8 @@ class MakeOptions:
 
 
 def _check(options: MakeOptions) -> tuple[EnvInfo, str, Reference | None]:
-    """Refuse bad combinations before anything slow runs; returns the env and the dataset id."""
+    """Refuse bad combinations before anything slow runs; returns the env, the dataset id and
+    the --reference file's reference scores (None without one), read and checked once here."""
     env = load_envs().get(options.env)
     if env is None:
         envs = list(load_envs())

@@ -26,7 +26,7 @@ import multiprocessing
 import os
 import queue
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -249,7 +249,8 @@ class PackEvaluation:
     """The one evaluation of a pack's runs, shared by their PackMembers: in this process, at the
     last run's submit of a step (inline), or in one process beside training that takes every
     run's file queue (process); either way each step's snapshots are rolled out as one
-    (packed.py). Started by the first member to enter, stopped by the last to leave."""
+    (packed.py). It starts once every member has entered (each reading its eval.jsonl first),
+    and ends at the first member's finish, or when a member leaves on an error."""
 
     def __init__(
         self, runs: list[RunDir], options: EvalOptions, device: torch.device, inline: bool
@@ -267,7 +268,7 @@ class PackEvaluation:
 
     def enter(self) -> None:
         self.entered += 1
-        if self.entered > 1:
+        if self.entered < len(self.runs):
             return
         if self.inline:
             self.evaluators = [
@@ -284,6 +285,9 @@ class PackEvaluation:
         if failed and self._process is not None and self._process.is_alive():
             self._process.terminate()
             self._process.join(timeout=10)
+        for run, snapshot in self.pending.items():  # a step not all runs reached: for the next
+            queue_snapshot(self.runs[run], snapshot)
+        self.pending = {}
         if self.entered == 0:
             for evaluator in self.evaluators:
                 evaluator.close()
@@ -330,7 +334,7 @@ class PackEvaluation:
 
     def notes_of(self, run: int) -> list[str]:
         """Run `run`'s notes since the last call; the process restarted where it died."""
-        if not self.inline:
+        if not self.inline and self._process is not None:  # (started once all have entered)
             self._drain()
             if not self._process.is_alive() and not self._finish.is_set():
                 self.notes[run].append(
@@ -357,23 +361,26 @@ class PackEvaluation:
         self._drain()
         if self._process.exitcode != 0 and any(run.queued_snapshots() for run in self.runs):
             say("the pack's evaluation process failed; evaluating the rest here")
-            evaluators = [
-                CheckpointEvaluator(run, self.options, self.device, self.notes[r].append)
-                for r, run in enumerate(self.runs)
-            ]
-            evaluate_queues(evaluators, finishing=True)
-            for evaluator in evaluators:
-                evaluator.close()
+            with ExitStack() as stack:
+                evaluators = [
+                    stack.enter_context(
+                        CheckpointEvaluator(run, self.options, self.device, self.notes[r].append)
+                    )
+                    for r, run in enumerate(self.runs)
+                ]
+                evaluate_queues(evaluators, finishing=True)
 
 
 class PackMember(RunEvaluator):
     """A run's evaluator in a pack: what it submits joins the pack's evaluation (PackEvaluation);
     what it says and returns is its own run's."""
 
-    def __init__(self, shared: PackEvaluation, run: int) -> None:
+    def __init__(self, shared: PackEvaluation, run: int, alone: RunEvaluator) -> None:
         super().__init__(shared.runs[run], shared.options, shared.device)
         self.shared, self.index = shared, run
-        self.locks = [RunLock(self.run, "eval")]
+        # The run's own evaluator's: its locks (the trainer holds them already) and what it
+        # was told a resumed run had printed.
+        self.locks, self._shown_before = alone.locks, alone._shown_before
 
     def __enter__(self) -> PackMember:
         super().__enter__()
@@ -417,12 +424,13 @@ def make_evaluator(config: Config, run: RunDir) -> RunEvaluator:
     return EVALUATORS[config.eval.service](run, options, device)
 
 
-def pack_evaluators(configs: list[Config], runs: list[RunDir]) -> list[RunEvaluator]:
-    """The evaluators of a pack's runs: with eval.service inline or process, members of one
-    PackEvaluation (each step's snapshots rolled out as one); else each run's own."""
-    alone = [make_evaluator(config, run) for config, run in zip(configs, runs, strict=True)]
+def pack_evaluators(alone: list[RunEvaluator]) -> list[RunEvaluator]:
+    """The evaluators of a pack's runs, from each run's own (make_evaluator's, before it has
+    entered): with eval.service inline or process, members of one PackEvaluation (each step's
+    snapshots rolled out as one); else the runs' own."""
     first = alone[0]
-    if len(runs) < 2 or type(first) not in (InlineEvaluator, BackgroundEvaluator):
+    if len(alone) < 2 or type(first) not in (InlineEvaluator, BackgroundEvaluator):
         return alone
+    runs = [evaluator.run for evaluator in alone]
     shared = PackEvaluation(runs, first.options, first.device, isinstance(first, InlineEvaluator))
-    return [PackMember(shared, run) for run in range(len(runs))]
+    return [PackMember(shared, r, evaluator) for r, evaluator in enumerate(alone)]

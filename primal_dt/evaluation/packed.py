@@ -45,7 +45,7 @@ from primal_dt.evaluation.rollout import (
     target_results,
 )
 from primal_dt.evaluation.service import CheckpointEvaluator, die_with_parent
-from primal_dt.method.model import DecisionTransformer
+from primal_dt.method.model import DecisionTransformer, pack_conditioning, returns_seen
 from primal_dt.store.results import EvalResult
 from primal_dt.store.rundir import RunDir, step_of
 from primal_dt.store.snapshots import Snapshot, TaskInfo, read_snapshot
@@ -88,8 +88,7 @@ class PackedPolicy(Policy):
         def by_run(x: Tensor) -> Tensor:  # (R * S, ...) -> (R, S, ...)
             return x.reshape(self.count, x.shape[0] // self.count, *x.shape[1:])
 
-        if self.conditioned is not None:
-            rtg = torch.where(self.conditioned[:, None, None], by_run(rtg), 0.0).flatten(0, 1)
+        rtg = returns_seen(by_run(rtg), self.conditioned).flatten(0, 1)
         windows = [by_run(x) for x in (states, actions, rtg, timesteps, mask)]
         action = vmap(one_run)(self.weights, *windows)  # (R, S, A)
         return action.reshape(-1, action.shape[-1])
@@ -119,9 +118,9 @@ class PackedPolicy(Policy):
                 raise ValueError("the runs' policies differ in more than their weights")
         params, buffers = stack_module_state([policy.model for policy in policies])
         weights = {f"model.{name}": w.detach() for name, w in {**params, **buffers}.items()}
-        skeleton = policies[conditioned.index(True) if any(conditioned) else 0].model
+        skeleton, flags = pack_conditioning(conditioned, first.device)
         return cls(
-            skeleton,
+            policies[skeleton].model,
             first.state_mean,
             first.state_std,
             first.return_scale,
@@ -129,7 +128,7 @@ class PackedPolicy(Policy):
             first.precision,
             weights,
             len(policies),
-            None if all(conditioned) else torch.tensor(conditioned, device=first.device),
+            flags,
         )
 
 
@@ -157,6 +156,7 @@ def evaluate_together(
     """Evaluate each evaluator's snapshot (all of one step), as one where they can be (one
     task, plans alike but for their seeds, policies alike but for their weights), and keep
     each run's record in its run directory; else each alone."""
+    assert len({s.step for s in snapshots}) <= 1, "one step's snapshots"
     if len(snapshots) < 2:
         return [
             ev.evaluate_snapshot(s, n)
@@ -192,8 +192,12 @@ def evaluate_together(
         evaluators, snapshots, policies, plans, names, found, strict=True
     ):
         record = result_record(snapshot, policy, plan, name, results, seconds, len(snapshots))
-        if plan.videos:
-            add_videos(record, snapshot, policy, plan, ev.run.videos)
+        try:
+            if plan.videos:
+                add_videos(record, snapshot, policy, plan, ev.run.videos)
+        except Exception as err:  # as evaluate_snapshot: the run's error record, not a crash
+            records.append(ev.failed(snapshot.step, name, err))
+            continue
         records.append(ev.keep(snapshot, policy.model, record))
     return records
 

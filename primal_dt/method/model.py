@@ -202,6 +202,23 @@ class DecisionTransformer(nn.Module):
         return self.predict_action(self.ln_f(x[:, 0]))
 
 
+def pack_conditioning(flags: list[bool], device: torch.device) -> tuple[int, Tensor | None]:
+    """For a pack of models, each with its model.return_conditioning flag: which model serves as
+    the pack's skeleton (a conditioning one where there is one: it reads the returns it is given)
+    and the (R,) flags for returns_seen (None where every model conditions)."""
+    skeleton = flags.index(True) if any(flags) else 0
+    return skeleton, None if all(flags) else torch.tensor(flags, device=device)
+
+
+def returns_seen(returns: Tensor, conditioned: Tensor | None) -> Tensor:
+    """A pack's returns-to-go (R, ...) as each run's own model sees them: zeros for the runs
+    without return conditioning, as its embed makes them (conditioned: pack_conditioning's)."""
+    if conditioned is None:
+        return returns
+    flags = conditioned.view(-1, *[1] * (returns.dim() - 1))
+    return torch.where(flags, returns, torch.zeros_like(returns))
+
+
 def all_steps(states: Tensor) -> Tensor:
     """The padding mask (B, K) of windows without padding, for states (B, K, S)."""
     return torch.ones(states.shape[:2], dtype=torch.bool, device=states.device)

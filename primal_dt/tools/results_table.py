@@ -12,7 +12,7 @@ dataset that the paper's gap over D4RL (Primal.+DT against DT in its average row
 
 The figure draws the table's differences: each with its 95% interval and its Bonferroni interval
 (simultaneous over the table's datasets at 95%: Holm's test is never stricter than Bonferroni's, so
-where that interval excludes 0, the Holm-adjusted p is under 5% too), the mean over the datasets,
+where that interval excludes 0, the Holm-adjusted p is under 5% too, not conversely), the mean over the datasets,
 0 and the paper's gap.
 """
 
@@ -60,7 +60,8 @@ class Glance:
 
     def simultaneous(self, paired: Paired) -> tuple[float, float] | None:
         """paired's Bonferroni interval: at 1 − 5%/m each, 95% for all m of the table at once."""
-        level = 1 - (1 - CONFIDENCE) / max(1, len(self.pairs))
+        tested = sum(p.p_value is not None for p in self.pairs)  # Holm's family
+        level = 1 - (1 - CONFIDENCE) / max(1, tested)
         return t_interval(paired.differences, level)
 
 
@@ -155,7 +156,7 @@ def glance_figure(seen: Glance, path: Path) -> Path:
         rows.append((f"mean over the {len(over.tasks)}", over.point, over.interval, None))
     title = (
         "Primal.+DT − DT, paired over seeds: 95% intervals (thick) and Bonferroni's over the "
-        f"{len(seen.pairs)} datasets (thin)"
+        f"{sum(p.p_value is not None for p in seen.pairs)} datasets (thin)"
     )
     gap = paper_gap()
     figure = difference_figure(

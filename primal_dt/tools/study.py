@@ -41,7 +41,6 @@ from primal_dt.tools.study_datasets import (
 
 REPOSITORY = Path(__file__).resolve().parents[2]  # a clone's (the docs are not in a wheel)
 FIGURES = REPOSITORY / "scripts" / "figures"
-RESULTS_PAGE = REPOSITORY / "docs" / "results.md"
 # Each section's runs as small text (the report's runs/ copy), from which `primal-dt report
 # results-data/<section>` makes the section's report again without the checkpoints.
 RESULTS_DATA = REPOSITORY / "results-data"

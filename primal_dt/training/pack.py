@@ -3,13 +3,12 @@
 Runs of one task and one configuration that differ only in their seed (and in the values the step
 takes per run: train.lr, train.weight_decay, train.aux_weight, and model.return_conditioning, a
 run without it seeing its windows' returns as zeros, as its lone model makes them) train in one
-process: the
-parameters, buffers and AdamW state of the R runs are stacked on a leading run dimension
-(torch.func.stack_module_state), and one step (step.py's whole step, vmapped over that dimension,
-and compiled with train.compile) trains them all, so that R small models fill a device as one
-large one. Each run stays a whole run (a Trainer of its own, trainer.py): its run directory,
-config.json, TensorBoard events, eval.jsonl, checkpoints that `eval`, `report` and `--resume`
-read as any run's, and its run lock. The pack is evaluated as one (evaluation/packed.py): each
+process: the parameters, buffers and AdamW state of the R runs are stacked on a leading run
+dimension (torch.func.stack_module_state), and one step (step.py's whole step, vmapped over that
+dimension, and compiled with train.compile) trains them all, so that R small models fill a device
+as one large one. Each run stays a whole run (a Trainer of its own, trainer.py): its run
+directory, config.json, TensorBoard events, eval.jsonl, checkpoints that `eval`, `report` and
+`--resume` read as any run's, and its run lock. The pack is evaluated as one (evaluation/packed.py): each
 evaluation step's snapshots of every run in one batched rollout, each run's record in its own
 eval.jsonl.
 
@@ -53,7 +52,7 @@ from primal_dt.common.signals import StopSignals
 from primal_dt.data.episodes import Batch
 from primal_dt.evaluation.evaluators import pack_evaluators
 from primal_dt.method.dropout import draw_key_pairs, supplied_keys
-from primal_dt.method.model import DecisionTransformer
+from primal_dt.method.model import DecisionTransformer, pack_conditioning, returns_seen
 from primal_dt.store.results import EvalResult
 from primal_dt.training.compiling import prepare_compile
 from primal_dt.training.memory import out_of_memory_named
@@ -126,13 +125,9 @@ class PackedModel:
         # Runs without return conditioning (behaviour cloning) get their windows' returns as
         # zeros here, as their lone model zeros them itself (model.embed): the functional
         # skeleton is a conditioning run's model where the pack has one.
-        conditioned = [trainer.config.model.return_conditioning for trainer in trainers]
-        self.conditioned = (
-            None if all(conditioned) else torch.tensor(conditioned, device=first.device)
-        )
-        self.template: DecisionTransformer = trainers[
-            conditioned.index(True) if any(conditioned) else 0
-        ].model
+        flags = [trainer.config.model.return_conditioning for trainer in trainers]
+        skeleton, self.conditioned = pack_conditioning(flags, first.device)
+        self.template: DecisionTransformer = trainers[skeleton].model
         self.device = first.device
         models = [trainer.model for trainer in trainers]
         params, buffers = stack_module_state(models)
@@ -242,12 +237,7 @@ class PackedModel:
         train = self.trainers[0].config.train
         batches = [trainer.sampler.sample(train.batch_size) for trainer in self.trainers]
         batch = Batch(*(torch.stack(fields) for fields in zip(*batches, strict=True)))
-        if self.conditioned is not None:  # (R, B, K): zeros for the runs that do not condition
-            rtg = batch.returns_to_go
-            zeros = torch.zeros_like(rtg)
-            batch = batch._replace(
-                returns_to_go=torch.where(self.conditioned[:, None, None], rtg, zeros)
-            )
+        batch = batch._replace(returns_to_go=returns_seen(batch.returns_to_go, self.conditioned))
         if self.keyed and not self.counted:
             self._count_calls(batch)
         if self.redraws:
@@ -280,11 +270,11 @@ class Pack:
     rng_states: list[Tensor]
 
     def __post_init__(self) -> None:
-        # One evaluation for the pack: each step's snapshots rolled out as one (evaluators.py).
-        configs = [trainer.config for trainer in self.trainers]
-        runs = [trainer.run_dir for trainer in self.trainers]
-        for trainer, evaluator in zip(self.trainers, pack_evaluators(configs, runs), strict=True):
-            trainer.use_evaluator(evaluator)
+        # One evaluation for the pack: each step's snapshots rolled out as one. The members take
+        # over the runs' evaluators' locks (held already) and what each had printed.
+        alone = [trainer.evaluator for trainer in self.trainers]
+        for trainer, member in zip(self.trainers, pack_evaluators(alone), strict=True):
+            trainer.evaluator = member
 
     @property
     def run_dirs(self) -> list[str]:

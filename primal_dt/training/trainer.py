@@ -117,12 +117,6 @@ class Trainer:
         self.tick = time.perf_counter()  # when the last log was (begin() sets it)
         self.session = Session(time.time(), self.step)  # (_open_writer's)
 
-    def use_evaluator(self, evaluator: RunEvaluator) -> None:
-        """Hand the run's policies to another evaluator (a pack's member: pack.py), before it
-        begins; its locks are the run's."""
-        self.evaluator = evaluator
-        self.locks = [RunLock(self.run_dir, "train"), *evaluator.locks]
-
     def hold(self) -> None:
         """Take the run directory's locks (see RunLock): a second writer is refused, and then
         none of them is kept."""
