@@ -384,7 +384,10 @@ def test_a_pack_is_evaluated_as_one_into_each_runs_records(minari_root, tmp_path
         policy = load_policy(snapshot, torch.device("cpu"), "the final checkpoint")
         alone = evaluation_record(snapshot, policy, plan_evaluation(snapshot, EvalOptions()), "")
         for got, want in zip(records[-1].results, alone.results, strict=True):
-            assert got.return_mean == pytest.approx(want.return_mean, rel=1e-6)
+            # CUDA's batched kernels round otherwise than its single ones, and an episode carries
+            # the difference further: there the returns agree to 1e-3.
+            close = 1e-6 if DEVICE == "cpu" else 1e-3
+            assert got.return_mean == pytest.approx(want.return_mean, rel=close)
         finals.append(records[-1].results[0].return_mean)
     assert finals[0] != finals[1]
 
