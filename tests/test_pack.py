@@ -381,7 +381,7 @@ def test_a_pack_is_evaluated_as_one_into_each_runs_records(minari_root, tmp_path
         records = read_results(RunDir(run))
         assert [(r.step, r.final, r.pack) for r in records] == [(20, False, 2), (40, True, 2)]
         snapshot = read_snapshot(run)
-        policy = load_policy(snapshot, torch.device("cpu"), "the final checkpoint")
+        policy = load_policy(snapshot, torch.device(DEVICE), "the final checkpoint")
         alone = evaluation_record(snapshot, policy, plan_evaluation(snapshot, EvalOptions()), "")
         for got, want in zip(records[-1].results, alone.results, strict=True):
             # CUDA's batched kernels round otherwise than its single ones, and an episode carries
