@@ -1,12 +1,19 @@
-"""The results page holds what its data says: every number a paragraph written by hand quotes is
-one its sections print (docs/results.md's `<!-- hand SECTION[,SECTION...] -->` ... `<!-- /hand
--->` blocks)."""
+"""The results page holds what its data says: each section whose runs the clone keeps
+(results-data/<section>/) is made again from them alone and compared with the page, and every
+number a paragraph written by hand quotes is one its sections print (docs/results.md's
+`<!-- hand SECTION[,SECTION...] -->` ... `<!-- /hand -->` blocks)."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from conftest import ROOT
+
+from primal_dt.tools import study as study_module
+from primal_dt.tools.report import write_report
+from primal_dt.tools.report_data import read_report_data
+from primal_dt.tools.results_page import section_text
 
 PAGE = ROOT / "docs" / "results.md"
 HAND = re.compile(r"<!-- hand ([\w,-]+) -->\n(.*?)<!-- /hand -->", re.S)
@@ -59,3 +66,17 @@ def test_a_drifted_or_unsourced_number_in_a_hand_paragraph_is_found() -> None:
         ("c", "no such section"),
         ("c", "-3.4"),
     ]
+
+
+def test_every_kept_section_is_made_again_from_its_data_alone(tmp_path: Path) -> None:
+    """`primal-dt report results-data/<section>` writes the section the page shows, below its
+    first line (what was run, where and when: the study's, not the report's)."""
+    kept, page = study_module.kept_sections(), PAGE.read_text()
+    assert kept, "the clone keeps the runs of the sections made since they keep them"
+    for data in kept:
+        write_report(data, tmp_path / data.name)
+        made = read_report_data(tmp_path / data.name / "report.json")
+        text = section_text(made, lambda name, at=data.name: f"../scripts/figures/{at}_{name}")
+        shown = section(page, data.name)
+        assert shown is not None, data.name
+        assert shown.split("\n\n", 1)[1].strip() == text.strip(), data.name

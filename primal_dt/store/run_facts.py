@@ -1,5 +1,7 @@
 """What the report reads of a run from its checkpoint, kept as data (RUN_DIR/facts.json): the step
-it reached, the steps it trains to, its parameter count and its attention spectra.
+it reached, the steps it trains to, its parameter count and its attention spectra, and its
+dataset's own score (the behaviour data's mean return, normalised as its scores are), which a
+report made from the copy cannot read where the dataset is not on its machine.
 
 `primal-dt report` writes it into the copy of each run it exports (the report's runs/ folder:
 config.json, eval.jsonl, training.jsonl, the return curves and this), so that a study's report
@@ -24,6 +26,9 @@ class RunFacts:
     steps: int  # train.steps as its last session set it
     parameters: int  # the model's trainable parameters
     spectra: list[list[float]] | None  # each block's normalised cumulative singular values
+    behaviour: float | None = None  # its datasets' mean episode return (None: not known)
+    behaviour_normalized: bool = False  # ... normalised with the run's reference scores
+    behaviour_episodes: int = 0  # ... over so many episodes
 
 
 def write_facts(run: RunDir, facts: RunFacts) -> None:
@@ -42,4 +47,7 @@ def read_facts(run: RunDir) -> RunFacts | None:
         int(raw["steps"]),
         int(raw["parameters"]),
         None if spectra is None else [[float(v) for v in block] for block in spectra],
+        None if raw.get("behaviour") is None else float(raw["behaviour"]),
+        bool(raw.get("behaviour_normalized", False)),
+        int(raw.get("behaviour_episodes", 0)),
     )

@@ -49,6 +49,7 @@ from primal_dt.tools.report_tables import (
     write_csv,
 )
 from primal_dt.tools.runs import (
+    Behaviour,
     ReportError,
     Row,
     RunSummary,
@@ -155,7 +156,9 @@ def _sections(text: str, pictures: list[str]) -> list[ReportSection]:
     return found
 
 
-def export_runs(summaries: list[RunSummary], folder: Path) -> Path:
+def export_runs(
+    summaries: list[RunSummary], folder: Path, behaviour: dict[str, Behaviour] | None = None
+) -> Path:
     """A copy of each run's records (RunDir.small_files) and its checkpoint's facts (facts.json)
     under folder/<task>/<config>-s<seed>, from which `primal-dt report folder` makes the same
     report without the checkpoints: the results page's data. Made beside the folder, then put in
@@ -169,7 +172,11 @@ def export_runs(summaries: list[RunSummary], folder: Path) -> Path:
             shutil.copy2(path, copy.path / path.name)
         if summary.step is not None and summary.parameters is not None:
             spectra = None if summary.spectra is None else [s.tolist() for s in summary.spectra]
-            write_facts(copy, RunFacts(summary.step, summary.steps, summary.parameters, spectra))
+            data = (behaviour or {}).get(summary.task) or Behaviour(None, False)
+            facts = RunFacts(summary.step, summary.steps, summary.parameters, spectra)
+            facts.behaviour, facts.behaviour_normalized = data.value, data.normalized
+            facts.behaviour_episodes = data.episodes
+            write_facts(copy, facts)
     staging.mkdir(exist_ok=True)
     shutil.rmtree(folder, ignore_errors=True)
     staging.rename(folder)
@@ -256,7 +263,7 @@ def write_report(
     data = report_data(dirs, rows, counted_once, baseline, summed)
     data.lead, data.sections = lead, sections
     written[:0] = [out / "report.md", write_report_data(data, out / "report.json")]
-    written.append(export_runs(counted_once, out / "runs"))
+    written.append(export_runs(counted_once, out / "runs", behaviour))
     for runs_dir in dirs:
         remove_root_layout(runs_dir)
     for summary in found:

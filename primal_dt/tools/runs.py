@@ -56,6 +56,9 @@ class RunSummary:
     reference: str | None = None  # the reference scores' source
     reference_scores: ReferenceScores | None = None
     dataset_ids: list[str] = field(default_factory=list)
+    # its dataset's own score as the report's copy of it kept it (facts.json), for a report made
+    # where the dataset is not (behaviour_scores reads the dataset where it is)
+    behaviour: Behaviour | None = None
     scores: list[tuple[int, float]] = field(default_factory=list)  # (step, score) per evaluation
     # <aux_loss_name> as training.jsonl has it (registry.aux_loss_name: Primal's ksvd_loss), where
     # the run's kinds have an auxiliary loss
@@ -127,6 +130,10 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
             return summary
         summary.step, summary.steps, summary.parameters = facts.step, facts.steps, facts.parameters
         summary.spectra = None if facts.spectra is None else [np.array(s) for s in facts.spectra]
+        if facts.behaviour is not None:
+            summary.behaviour = Behaviour(
+                facts.behaviour, facts.behaviour_normalized, facts.behaviour_episodes
+            )
         _final_at_checkpoint(summary, finals)
         return summary
     try:
@@ -354,6 +361,9 @@ def behaviour_scores(summaries: list[RunSummary]) -> dict[str, Behaviour]:
     found = {}
     for task in unique(sorted(r.task for r in summaries)):
         found[task] = _behaviour(task, ids.get(task, []), references.get(task))
+        kept = [s.behaviour for s in summaries if s.task == task and s.behaviour is not None]
+        if found[task].value is None and kept:  # a report's copy, its dataset not here
+            found[task] = kept[0]
     return found
 
 
