@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,8 +27,6 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from primal_dt.common.cpu import evaluation_threads, yield_cpu
-from primal_dt.common.device import resolve_device
 from primal_dt.common.errors import first_line
 from primal_dt.evaluation.rollout import (
     EvalOptions,
@@ -44,7 +41,7 @@ from primal_dt.evaluation.rollout import (
     rollout,
     target_results,
 )
-from primal_dt.evaluation.service import CheckpointEvaluator, die_with_parent
+from primal_dt.evaluation.service import CheckpointEvaluator, start_serving
 from primal_dt.method.model import DecisionTransformer, pack_conditioning, returns_seen
 from primal_dt.store.results import EvalResult
 from primal_dt.store.rundir import RunDir, step_of
@@ -243,11 +240,7 @@ def serve_pack(
     """service.serve for a pack: one process beside training evaluates every run's queue
     (evaluate_queues) until the trainer sets `finish`, then the rest, and exits; its notes go
     to the trainer through `notes` as (run index, line)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with_parent(parent)
-    yield_cpu()
-    device = resolve_device(options.device, "eval.device")
-    evaluation_threads(device.type)
+    device = start_serving(parent, options)
     evaluators = [
         CheckpointEvaluator(RunDir(Path(run)), options, device, partial(_note, notes, r))
         for r, run in enumerate(run_dirs)

@@ -199,6 +199,18 @@ def die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
+def start_serving(parent: int, options: EvalOptions) -> torch.device:
+    """What an evaluation process beside training does first (serve's, and a pack's): leave
+    Ctrl-C to the trainer, die with it, take the lowest priority and, on a CPU, one thread;
+    returns the device it evaluates on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)
+    yield_cpu()
+    device = resolve_device(options.device, "eval.device")
+    evaluation_threads(device.type)
+    return device
+
+
 def serve(
     run_dir: str,
     options: EvalOptions,
@@ -213,11 +225,7 @@ def serve(
     appends a result to a run that a new trainer has since resumed. We run at the lowest priority
     (cpu.py), and on a CPU with one thread: training's cores and its thread count stay its own.
     Our notes (a spectrum or video not logged) go to the trainer through `notes`, a queue."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with_parent(parent)
-    yield_cpu()
-    device = resolve_device(options.device, "eval.device")
-    evaluation_threads(device.type)
+    device = start_serving(parent, options)
     with CheckpointEvaluator(RunDir(Path(run_dir)), options, device, notes.put) as ev:
         while os.getppid() == parent:
             finishing = finish.is_set()
