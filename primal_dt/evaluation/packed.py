@@ -70,6 +70,16 @@ class PackedPolicy(Policy):
     # its lone model makes them (the skeleton, self.model, is a conditioning run's); None: all do
     conditioned: Tensor | None = None
 
+    def __post_init__(self) -> None:
+        # Built once, not at every environment step: the skeleton acting with one run's weights,
+        # vmapped over the run dimension.
+        acting = _Acting(self.model)
+
+        def one_run(weights: dict[str, Tensor], *windows: Tensor) -> Tensor:
+            return functional_call(acting, weights, windows)
+
+        self._batched = vmap(one_run)
+
     @property
     def runs(self) -> int:
         return self.count
@@ -77,18 +87,12 @@ class PackedPolicy(Policy):
     def act(
         self, states: Tensor, actions: Tensor, rtg: Tensor, timesteps: Tensor, mask: Tensor
     ) -> Tensor:
-        acting = _Acting(self.model)
-
-        def one_run(weights: dict[str, Tensor], *windows: Tensor) -> Tensor:
-            return functional_call(acting, weights, windows)
-
         def by_run(x: Tensor) -> Tensor:  # (R * S, ...) -> (R, S, ...)
             return x.reshape(self.count, x.shape[0] // self.count, *x.shape[1:])
 
-        rtg = returns_seen(by_run(rtg), self.conditioned).flatten(0, 1)
-        windows = [by_run(x) for x in (states, actions, rtg, timesteps, mask)]
-        action = vmap(one_run)(self.weights, *windows)  # (R, S, A)
-        return action.reshape(-1, action.shape[-1])
+        s, a, r, t, m = (by_run(x) for x in (states, actions, rtg, timesteps, mask))
+        action = self._batched(self.weights, s, a, returns_seen(r, self.conditioned), t, m)
+        return action.reshape(-1, action.shape[-1])  # (R, S, A) -> (R * S, A)
 
     @classmethod
     def of(cls, policies: list[Policy]) -> PackedPolicy:

@@ -173,9 +173,15 @@ def export_runs(
         if summary.step is not None and summary.parameters is not None:
             spectra = None if summary.spectra is None else [s.tolist() for s in summary.spectra]
             data = (behaviour or {}).get(summary.task) or Behaviour(None, False)
-            facts = RunFacts(summary.step, summary.steps, summary.parameters, spectra)
-            facts.behaviour, facts.behaviour_normalized = data.value, data.normalized
-            facts.behaviour_episodes = data.episodes
+            facts = RunFacts(
+                summary.step,
+                summary.steps,
+                summary.parameters,
+                spectra,
+                behaviour=data.value,
+                behaviour_normalized=data.normalized,
+                behaviour_episodes=data.episodes,
+            )
             write_facts(copy, facts)
     staging.mkdir(exist_ok=True)
     shutil.rmtree(folder, ignore_errors=True)

@@ -58,10 +58,14 @@ class Glance:
     adjusted: dict[str, float | None]  # task -> its Holm-adjusted p over `pairs`
     over: PairedOverTasks | None  # the mean over the datasets (None under 2 of them)
 
+    @property
+    def tested(self) -> int:
+        """The datasets whose difference has a test: Holm's family, and Bonferroni's m."""
+        return sum(p.p_value is not None for p in self.pairs)
+
     def simultaneous(self, paired: Paired) -> tuple[float, float] | None:
         """paired's Bonferroni interval: at 1 − 5%/m each, 95% for all m of the table at once."""
-        tested = sum(p.p_value is not None for p in self.pairs)  # Holm's family
-        level = 1 - (1 - CONFIDENCE) / max(1, tested)
+        level = 1 - (1 - CONFIDENCE) / max(1, self.tested)
         return t_interval(paired.differences, level)
 
 
@@ -156,7 +160,7 @@ def glance_figure(seen: Glance, path: Path) -> Path:
         rows.append((f"mean over the {len(over.tasks)}", over.point, over.interval, None))
     title = (
         "Primal.+DT − DT, paired over seeds: 95% intervals (thick) and Bonferroni's over the "
-        f"{sum(p.p_value is not None for p in seen.pairs)} datasets (thin)"
+        f"{seen.tested} datasets (thin)"
     )
     gap = paper_gap()
     figure = difference_figure(

@@ -356,7 +356,8 @@ class Behaviour:
 
 def behaviour_scores(summaries: list[RunSummary]) -> dict[str, Behaviour]:
     """Per task, its datasets' own mean return, read with data/episodes.py's loader (the same
-    episodes training saw); "dataset not here" where a dataset is not on this machine."""
+    episodes training saw); where a dataset is not on this machine, the value a report's copy of
+    its runs kept (facts.json), else "dataset not here"."""
     ids, references = task_datasets(summaries), task_references(summaries)
     found = {}
     for task in unique(sorted(r.task for r in summaries)):
