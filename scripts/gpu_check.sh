@@ -24,7 +24,8 @@
 #                                              # logic, and a step whose CPU time is over 70% of
 #                                              # its budget fails (.ci/run runs it, so that a step
 #                                              # outgrowing its budget fails here, whatever else
-#                                              # the machine runs: CPU seconds, not wall time)
+#                                              # the machine runs: CPU seconds of work, not wall
+#                                              # time)
 #
 # A step past its limit gets SIGINT first, so that pytest still prints the tests that failed; the
 # test steps print each test's name and outcome as it ends (-v), so a cut log names them too.
@@ -49,6 +50,14 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+# Every step runs with the command line's OpenMP waits (primal_dt/common/cpu.py: a short spin,
+# then sleep; none added where the caller set one): a benchmark then times what `primal-dt` does,
+# and the dry run's CPU seconds count work, not threads spinning while another process holds a
+# core (docs/development.md, "The GPU check's budget"). `--only ''` runs no step and prints them.
+waits=$(python3 -c "import os; from primal_dt.common.cpu import wait_settings
+print(' '.join(f'{k}={v}' for k, v in wait_settings(os.environ).items()))") || exit 1
+[ -z "$waits" ] || export ${waits?}
+echo "=== OpenMP waits:" $(env | grep -E "^(OMP_WAIT_POLICY|GOMP_SPINCOUNT|KMP_BLOCKTIME)=" | sort)  # as the steps see them
 status=0
 cpu_seconds() {  # CPU=user + system CPU seconds of this shell's finished children, an integer
     # (bash's times builtin run in this shell: inside $(...) it would time a subshell's children)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import torch
-from conftest import TINY
+from conftest import ROOT, TINY
 
 from primal_dt.common.cpu import (
     SPIN_COUNT,
@@ -58,6 +58,25 @@ def test_waits_are_bounded_unless_the_user_chose(monkeypatch) -> None:
     env = {k: v for k, v in os.environ.items() if k not in WAIT_SETTINGS}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.stdout.strip().splitlines()[-1] == f"{SPIN_COUNT} 0", result.stderr
+
+
+def test_the_gpu_check_runs_its_steps_with_the_command_lines_waits() -> None:
+    """scripts/gpu_check.sh exports wait_settings for every step, so that a benchmark times what the
+    command does and the dry run's CPU seconds count work, not threads spinning for a core another
+    process holds (on a busy machine torch's default spin tripled the evaluation step's); a wait
+    setting of the caller's is kept. `--only ''` runs no step and prints what the steps would see."""
+    bare = {k: v for k, v in os.environ.items() if k not in WAIT_SETTINGS}
+
+    def seen(env: dict[str, str]) -> str:
+        command = ["bash", "scripts/gpu_check.sh", "--dry-run", "--only", ""]
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout.strip()
+
+    assert seen(bare) == f"=== OpenMP waits: GOMP_SPINCOUNT={SPIN_COUNT} KMP_BLOCKTIME=0"
+    assert (
+        seen({**bare, "OMP_WAIT_POLICY": "PASSIVE"}) == "=== OpenMP waits: OMP_WAIT_POLICY=PASSIVE"
+    )
 
 
 def test_the_thread_count_is_fixed_for_the_whole_run(minari_root, tmp_path, monkeypatch) -> None:
