@@ -15,18 +15,16 @@
 # it is found by name afterwards. Pass MEDIUM_REPLAY_ARGS (e.g. "--expert-policy FILE" to measure
 # v5 reference scores) to the make command.
 #
-# Expected wall-clock time, from one run's rate measured on an H200 (docs/benchmarks.md, bf16,
-# batch 64, K 20): eager, a single run trains about 85 steps/s at the DT paper's size and 78 at the
-# Primal paper's (the GPU waits on kernel launches, not arithmetic), so 100k steps take about 20
-# minutes and the 54 runs one after another about 18 hours. Compiled with CUDA graphs
-# (`--set train.compile=true --set train.compile_mode=reduce-overhead`) the DT paper's size ran
-# 2.7x to 2.9x as fast (239 to 250 steps/s DT, 221 to 223 Primal-DT over two runs; the Primal
-# paper's size 2.5x), about 6.5 hours one after another. How much 6 runs sharing the GPU
-# (--parallel) gain is not measured: if eager throughput grows 3 to 5 times (the GPU idles
-# between one process's launches), the sweep takes about 4 to 6 hours eager; evaluations (10
-# during training and a final one of 100 episodes per target, in a process beside each run) add
-# CPU load and the tail of the last runs. Measure your machine's single-run rate with
-# scripts/bench_train.py and scale:
+# Expected wall-clock time, from one run's rate measured on an H200 (docs/benchmarks.md, its CUDA
+# training table: bf16, batch 64, K 20): eager, DT trains 89 steps/s at the DT paper's size and
+# Primal-DT 73 at the Primal paper's (the GPU waits on kernel launches, not arithmetic), so the 54
+# runs one after another take about 19 hours. Compiled with CUDA graphs
+# (`--set train.compile=true --set train.compile_mode=reduce-overhead`: 239 and 188 steps/s), about
+# 7 hours. How much 6 runs sharing the GPU (--parallel) gain is not measured: if eager throughput
+# grows 3 to 5 times (the GPU idles between one process's launches), the sweep takes about 4 to 6
+# hours eager; evaluations (10 during training and a final one of 100 episodes per target, in a
+# process beside each run) add CPU load and the tail of the last runs. Measure your machine's
+# single-run rate with scripts/bench_train.py and scale:
 # hours ~ 54 x 100000 / (rate x speed-up from --parallel) / 3600.
 set -euo pipefail
 RUNS="${RUNS:-runs/paper}"

@@ -133,3 +133,56 @@ def test_the_gpu_budget_table_states_the_scripts_limits() -> None:
         assert f"--only {keys}" in script and f"--only {keys}" in words
     assert [step[0] for step in steps[6:]] == ["attention", "context"]
     assert "--only attention,context" in script and "--only attention,context" in words
+
+
+def test_the_paper_grids_expected_time_is_the_cuda_tables() -> None:
+    """The rates and hours that docs/reproducing.md and scripts/reproduce_paper.sh quote for the
+    paper's grid (27 DT runs at the DT paper's size, 27 Primal-DT runs at the Primal paper's, 100k
+    steps each), and the compiled/eager ratios benchmarks.md quotes, are the CUDA training table's."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    found = re.search(r"bench_train_cuda:start -->(.*)<!-- bench_train_cuda:end", text, re.DOTALL)
+    assert found, "benchmarks.md lost its CUDA training table"
+    table = found.group(1)
+    rate = {}  # (size, mode) -> (DT steps/s, Primal-DT steps/s)
+    for row in re.findall(r"^\| (?:DT|Primal) paper size .*$", table, re.MULTILINE):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        mode = "eager" if cells[2] == "eager" else "compiled"
+        rate[cells[0].split()[0], mode] = (float(cells[3]), float(cells[4]))
+    assert len(rate) == 4
+    runs_of = {
+        mode: (rate["DT", mode][0], rate["Primal", mode][1]) for mode in ("eager", "compiled")
+    }
+    hours = {m: 27 * 100_000 * (1 / dt + 1 / primal) / 3600 for m, (dt, primal) in runs_of.items()}
+    eager, compiled = runs_of["eager"], runs_of["compiled"]
+    quoted = [
+        f"DT trains {eager[0]:.0f} steps/s at the DT paper's size and Primal-DT {eager[1]:.0f} at "
+        f"the Primal paper's",
+        f"take about {hours['eager']:.0f} hours",
+        f"{compiled[0]:.0f} and {compiled[1]:.0f} steps/s",
+        f"about {hours['compiled']:.0f} hours",
+        f"about {hours['eager'] / 5:.0f} to {hours['eager'] / 3:.0f} hours",
+    ]
+    for path in (ROOT / "docs" / "reproducing.md", ROOT / "scripts" / "reproduce_paper.sh"):
+        words = " ".join(path.read_text().replace("#", " ").split())
+        missing = [q for q in quoted if q not in words]
+        assert not missing, f"{path.name} quotes other figures than the table's: {missing}"
+    speedups = [
+        rate[size, "compiled"][i] / rate[size, "eager"][i]
+        for size in ("DT", "Primal")
+        for i in (0, 1)
+    ]
+    words = " ".join(text.split())
+    assert f"{min(speedups):.1f}x to {max(speedups):.1f}x as fast as eager" in words
+    ratio = (
+        "the DT paper's size trained {:.1f}x (DT, {:.0f} steps/s) and {:.1f}x (Primal-DT, {:.0f})"
+    )
+    assert (
+        ratio.format(speedups[0], rate["DT", "compiled"][0], speedups[1], rate["DT", "compiled"][1])
+        in words
+    )
+    assert (
+        "the Primal paper's {:.1f}x and {:.1f}x ({:.0f} and {:.0f})".format(
+            speedups[2], speedups[3], *rate["Primal", "compiled"]
+        )
+        in words
+    )
