@@ -19,8 +19,9 @@
 # training table: bf16, batch 64, K 20): eager, DT trains 89 steps/s at the DT paper's size and
 # Primal-DT 73 at the Primal paper's (the GPU waits on kernel launches, not arithmetic), so the 54
 # runs one after another take about 19 hours. Compiled with CUDA graphs
-# (`--set train.compile=true --set train.compile_mode=reduce-overhead`: 239 and 188 steps/s), about
-# 7 hours. How much 6 runs sharing the GPU (--parallel) gain is not measured: if eager throughput
+# (`--set train.compile=true --set train.compile_mode=reduce-overhead`), about 7 hours, at the 239
+# and 188 steps/s measured when it compiled the model alone (it now compiles the whole step, not
+# yet timed on a GPU). How much 6 runs sharing the GPU (--parallel) gain is not measured: if eager throughput
 # grows 3 to 5 times (the GPU idles between one process's launches), the sweep takes about 4 to 6
 # hours eager; evaluations (10 during training and a final one of 100 episodes per target, in a
 # process beside each run) add CPU load and the tail of the last runs. Measure your machine's
