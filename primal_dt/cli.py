@@ -164,6 +164,12 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
         help="the config every other is compared with (default: the Decision Transformer, softmax "
         "in every block and conditioned on returns, whatever its config is named)",
     )
+    report.add_argument(
+        "--data-only",
+        action="store_true",
+        help="only the copy of the runs' data (DIR/runs, what a report reads again elsewhere): "
+        "for a machine without the report extra",
+    )
     report.set_defaults(func=handlers.report)
 
 

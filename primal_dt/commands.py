@@ -289,9 +289,13 @@ def sweep(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from primal_dt.tools.report import write_report
+    from primal_dt.tools.report import write_report, write_runs_data
 
     out = Path(args.out) if args.out else None
+    if args.data_only:
+        dirs = [Path(d) for d in args.runs_dirs]
+        print(write_runs_data(dirs, out or dirs[0] / "report"))
+        return 0
     table, written = write_report([Path(d) for d in args.runs_dirs], out, args.baseline)
     print(table)
     for path in written:

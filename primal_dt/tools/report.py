@@ -201,6 +201,19 @@ def _check_copy_place(folder: Path, dirs: list[Path], found: list[RunSummary]) -
         )
 
 
+def write_runs_data(runs_dirs: Sequence[Path], out: Path) -> Path:
+    """Only the report's copy of the runs (export_runs) into out/runs, from which `primal-dt
+    report` makes the report elsewhere: no statistics, tables or figures, so that a machine without
+    the report extra (a lent GPU's) can send back its runs' data. Returns the copy's folder."""
+    dirs = list(runs_dirs)
+    check_folder(out, "--out")
+    found = [summary for runs_dir in dirs for summary in collect(runs_dir, skip=out)]
+    _check_copy_place(out / "runs", dirs, found)
+    counted_once, _ = count_once(found)
+    out.mkdir(parents=True, exist_ok=True)
+    return export_runs(counted_once, out / "runs", behaviour_scores(counted_once))
+
+
 def write_report(
     runs_dirs: Path | Sequence[Path], out: Path | None = None, baseline: str | None = None
 ) -> tuple[str, list[Path]]:
