@@ -256,10 +256,11 @@ def datasets_carry(args: argparse.Namespace) -> int:
 
 
 def datasets_remake(args: argparse.Namespace) -> int:
+    from primal_dt.common.errors import ConfigError
     from primal_dt.data.carried import remake
 
     if args.workers < 1:
-        raise SystemExit(f"--workers must be at least 1, got {args.workers}")
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
     print(remake(Path(args.carrier), args.workers))
     return 0
 
@@ -289,12 +290,14 @@ def sweep(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
+    from primal_dt.common.errors import ConfigError
     from primal_dt.tools.report import write_report, write_runs_data
 
     out = Path(args.out) if args.out else None
     if args.data_only:
-        dirs = [Path(d) for d in args.runs_dirs]
-        print(write_runs_data(dirs, out or dirs[0] / "report"))
+        if args.baseline:
+            raise ConfigError("--data-only writes no comparison: leave out --baseline")
+        print(write_runs_data([Path(d) for d in args.runs_dirs], out))
         return 0
     table, written = write_report([Path(d) for d in args.runs_dirs], out, args.baseline)
     print(table)

@@ -22,8 +22,9 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
         # matched-primal with each initialisation of We and Wr (model.attention_settings.primal.init), side by side
     python scripts/results.py --paper --tasks halfcheetah-medium,... --device cuda --seeds 0,1,2
         # the papers' own configs at their budget (100k steps): the reproduction, on a GPU
-    python scripts/results.py --budget --tasks hopper-medium --section results-budget-hopper --device cuda
-        # the matched comparison at the papers' budget, packed on a GPU (scripts/gpu_study.sh runs it)
+    python scripts/results.py --budget --tasks hopper-medium --device cuda --write-docs
+        # the matched comparison at the papers' budget where the report extra is installed, into
+        # results-budget-<env>; on a lent GPU, scripts/gpu_study.sh trains it and --from-data reads it
 
 At the CPU budget this compares attentions under one matched setting on datasets recorded here; it
 does not reproduce the paper's numbers, which came from D4RL v2 datasets at 100k steps.
@@ -127,6 +128,8 @@ def main() -> None:
         "<section>, as scripts/gpu_study.sh --take unpacks it), and train nothing",
     )
     args = parser.parse_args()
+    if args.budget and (args.paper or args.compare_init):
+        parser.error("--budget is the matched comparison's: not with --paper or --compare-init")
     if args.refresh:
         write_page_wide(write_section)
         return

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import gymnasium as gym
 import minari
 import numpy as np
 import pytest
@@ -15,8 +14,10 @@ from conftest import policy_file
 from primal_dt.cli import main
 from primal_dt.common.errors import DatasetError
 from primal_dt.data.carried import Carrier, carry, chains, digest, read_carrier, remake
-from primal_dt.data.recording import random_policy, record_episodes, sb3_policy, write_dataset
+from primal_dt.data.recording import record_episodes, sb3_policy, write_dataset
+from primal_dt.data.replay import EpisodeRecorder
 from primal_dt.data.sources import minari_root_at
+from primal_dt.data.tasks import make_env
 
 HOPPER = "Hopper-v5"
 
@@ -25,37 +26,22 @@ def episodes_of(root: Path, dataset_id: str) -> list:
     return list(minari.MinariDataset(root / dataset_id / "data").iterate_episodes())
 
 
-def unseeded_after_the_first(env_id: str, count: int, seed: int) -> list:
-    """Episodes as a SAC run's replay buffer holds them: the first reset seeded, the others not
-    (each continues the environment's random stream), each at most 60 steps."""
-    from minari.data_collector.episode_buffer import EpisodeBuffer
+def a_replay_buffer(env_id: str, steps: int, seed: int) -> list:
+    """Episodes as the medium-replay recipe records them: its EpisodeRecorder under SB3's
+    DummyVecEnv, seeded once (the vector environment's later resets are unseeded, each continuing
+    the random stream), random actions, the last episode cut where stepping stops."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
 
-    env = gym.make(env_id, max_episode_steps=60)
-    act = random_policy(env.action_space, seed)
-    buffers = []
-    for index in range(count):
-        first = seed if index == 0 else None
-        observation, _ = env.reset(seed=first)
-        observations, actions, rewards, ends = [observation], [], [], []
-        while not (ends and any(ends[-1])):
-            actions.append(act(observations[-1]))
-            observation, reward, terminated, truncated, _ = env.step(actions[-1])
-            observations.append(observation)
-            rewards.append(reward)
-            ends.append((terminated, truncated))
-        buffers.append(
-            EpisodeBuffer(
-                id=index,
-                seed=first,
-                observations=np.asarray(observations),
-                actions=np.asarray(actions, dtype=np.float32),
-                rewards=np.asarray(rewards),
-                terminations=np.asarray([t for t, _ in ends]),
-                truncations=np.asarray([c for _, c in ends]),
-            )
-        )
-    env.close()
-    return buffers
+    recorder = EpisodeRecorder(make_env(env_id, 60))
+    vec = DummyVecEnv([lambda: recorder])
+    vec.seed(seed)
+    vec.reset()
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        vec.step(rng.uniform(-1, 1, (1, *recorder.action_space.shape)).astype(np.float32))
+    recorder.finish()
+    vec.close()
+    return recorder.episodes
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +60,7 @@ def here(tmp_path_factory: pytest.TempPathFactory) -> Path:
             algorithm_name="SAC",
             provenance={"recipe": "policy", "seed": 3},
         )
-        write_dataset("test/hopper/chain-v0", HOPPER, unseeded_after_the_first(HOPPER, 4, 7))
+        write_dataset("test/hopper/chain-v0", HOPPER, a_replay_buffer(HOPPER, 150, 7))
     return root
 
 
@@ -89,7 +75,9 @@ def test_a_carried_dataset_is_made_again_bit_for_bit(here, tmp_path, dataset_id)
     assert len(made) == len(recorded) and digest(made) == digest(recorded) == carrier.about.digest
     for a, b in zip(made, recorded, strict=True):
         for name in ("observations", "actions", "rewards", "terminations", "truncations"):
-            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+            made_array, recorded_array = getattr(a, name), getattr(b, name)
+            assert made_array.dtype == recorded_array.dtype, name
+            assert np.array_equal(made_array, recorded_array), name
     held = minari.MinariDataset(elsewhere / dataset_id / "data").storage.metadata
     kept = minari.MinariDataset(here / dataset_id / "data").storage.metadata
     for key in ("ref_min_score", "ref_max_score", "algorithm_name", "description", "provenance"):
@@ -151,6 +139,19 @@ def test_what_cannot_be_carried_or_read_says_so_in_one_line(here, tmp_path, caps
     (tmp_path / "bad.npz").write_bytes(b"not a carrier")
     with pytest.raises(DatasetError, match="is not a dataset carrier"):
         read_carrier(tmp_path / "bad.npz")
+    with minari_root_at(here):
+        carrier = carry("primal-dt/hopper/medium-v0")
+    carrier.write(tmp_path / "whole.npz")
+    whole = (tmp_path / "whole.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(whole[: len(whole) // 2])  # a transfer cut short
+    with pytest.raises(DatasetError, match="is not a dataset carrier"):
+        read_carrier(tmp_path / "cut.npz")
+    short = dataclasses.replace(carrier, actions=carrier.actions[:-1])
+    short.write(tmp_path / "short.npz")
+    with pytest.raises(DatasetError, match="damaged: its episodes' lengths, seeds and actions"):
+        read_carrier(tmp_path / "short.npz")
+    with pytest.raises(DatasetError, match="no carrier at .*datasets carry ID --out FILE"):
+        read_carrier(tmp_path / "missing.npz")
     with minari_root_at(tmp_path / "elsewhere"):
         assert main(["datasets", "remake", str(tmp_path / "bad.npz")]) != 0
     (line,) = capsys.readouterr().err.strip().splitlines()

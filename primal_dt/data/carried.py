@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from primal_dt.common.errors import DatasetError
-from primal_dt.data.tasks import make_env
+from primal_dt.data.tasks import make_env, resolve_task
 
 NO_SEED = -1  # an episode reset without a seed (continues its predecessor's stream)
 ARRAYS = {  # what the digest covers, in the dtype Minari stores
@@ -53,6 +55,7 @@ class About:
     provenance: dict[str, Any] | None
     digest: str  # sha256 of every episode's arrays (digest())
     steps: int
+    max_episode_steps: int | None  # the time limit it was recorded under (the env's own: None)
 
 
 @dataclass(frozen=True)
@@ -82,16 +85,37 @@ class Carrier:
 
 
 def read_carrier(path: Path) -> Carrier:
+    """The carrier `write` wrote, its arrays checked to agree with each other, or one line saying
+    what is wrong with the file."""
+    if not path.is_file():
+        raise DatasetError(
+            f"no carrier at {path}: primal-dt datasets carry ID --out FILE writes one"
+        )
     try:
         with np.load(path, allow_pickle=False) as held:
             about = About(**json.loads(str(held["about"])))
-            return Carrier(
+            carrier = Carrier(
                 about, held["actions"], held["lengths"], held["seeds"], held["truncated"]
             )
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+    ) as err:
         raise DatasetError(
             f"{path} is not a dataset carrier (primal-dt datasets carry writes one): {err}"
         ) from None
+    episodes = len(carrier.lengths)
+    if not (
+        len(carrier.seeds) == len(carrier.truncated) == episodes
+        and int(carrier.lengths.sum()) == len(carrier.actions) == about.steps
+    ):
+        raise DatasetError(f"{path} is damaged: its episodes' lengths, seeds and actions disagree")
+    return carrier
 
 
 def digest(episodes: Any) -> str:
@@ -108,7 +132,6 @@ def digest(episodes: Any) -> str:
 def carry(name: str) -> Carrier:
     """The carrier of a dataset here (the Minari root or bundled), by id or task name."""
     from primal_dt.data.episodes import open_dataset
-    from primal_dt.data.tasks import resolve_task
 
     ids = (name,) if "/" in name else resolve_task(name).dataset_ids
     if len(ids) != 1:
@@ -120,7 +143,9 @@ def carry(name: str) -> Carrier:
     metadata = dataset.storage.metadata
     count = metadata["total_episodes"]
     seeds = [e.get("seed") for e in dataset.storage.get_episode_metadata(range(count))]
-    if count == 0 or seeds[0] is None:
+    if count == 0:
+        raise DatasetError(f"{dataset_id} holds no episode: nothing to carry")
+    if seeds[0] is None:
         raise DatasetError(
             f"{dataset_id}'s first episode was reset without a seed, so replaying its actions "
             f"cannot make it again; carry the datasets it was made from (a medium-expert "
@@ -138,6 +163,7 @@ def carry(name: str) -> Carrier:
         provenance=metadata.get("provenance"),
         digest=digest(episodes),
         steps=int(metadata["total_steps"]),
+        max_episode_steps=env_spec.get("max_episode_steps"),
     )
     return Carrier(
         about,
@@ -155,11 +181,13 @@ def chains(seeds: np.ndarray) -> list[range]:
     return [range(a, b) for a, b in zip(starts, [*starts[1:], len(seeds)], strict=True)]
 
 
-def _replay_chain(env_id: str, chain: list[tuple[int, int, np.ndarray, bool]]) -> list[Any]:
+def _replay_chain(
+    env_id: str, limit: int | None, chain: list[tuple[int, int, np.ndarray, bool]]
+) -> list[Any]:
     """Step env_id through each (index, seed, actions, final truncation) of a chain, in order."""
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
-    env = make_env(env_id)
+    env = make_env(env_id, limit)
     buffers = []
     try:
         for index, seed, actions, truncated in chain:
@@ -196,12 +224,12 @@ def replay(carrier: Carrier, workers: int = 1) -> list[Any]:
         [(i, int(carrier.seeds[i]), actions[i], bool(carrier.truncated[i])) for i in chain]
         for chain in chains(carrier.seeds)
     ]
-    env_id = carrier.about.env_id
+    env_id, limit = carrier.about.env_id, carrier.about.max_episode_steps
     if workers <= 1:
-        done = [_replay_chain(env_id, chain) for chain in work]
+        done = [_replay_chain(env_id, limit, chain) for chain in work]
     else:
         with ProcessPoolExecutor(workers) as pool:
-            done = list(pool.map(_replay_chain, [env_id] * len(work), work))
+            done = list(pool.map(_replay_chain, [env_id] * len(work), [limit] * len(work), work))
     return [buffer for chain in done for buffer in chain]
 
 

@@ -31,6 +31,7 @@ from primal_dt.tools.results_page import (
     study_line,
 )
 from primal_dt.tools.results_table import at_a_glance, glance, glance_figure
+from primal_dt.tools.runs import collect
 from primal_dt.tools.study_configs import bc_config, init_config, matched_config
 from primal_dt.tools.study_datasets import (
     RECORDED,
@@ -128,8 +129,10 @@ def comparison(study: Study) -> tuple[str, str, str]:
     quality = qualities.pop() if len(qualities) == 1 else "medium"
     section = "results-attentions" if len(kinds) > 2 else SECTIONS.get(quality, "results")
     compared = f"the matched config with {', '.join(kinds)} in its last block"
-    if study.budget:
-        section, compared = BUDGET_SECTION, f"{compared}, at the papers' budget"
+    if study.budget:  # a task at a time: the page has a section per environment
+        env = study.tasks[0].partition("-")[0] if len(study.tasks) == 1 else ""
+        section = f"{BUDGET_SECTION}-{env}" if env else BUDGET_SECTION
+        compared = f"{compared}, at the papers' budget"
     return configs, section, compared + (", and matched-bc" if study.bc else "")
 
 
@@ -187,15 +190,28 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
 def from_data(study: Study, kept: Path, run: Command, write: WriteSection | None = None) -> str:
     """The section of runs trained elsewhere (scripts/gpu_study.sh: the papers' budget on a GPU),
     from their data alone (`primal-dt report --data-only`'s copy, unpacked into kept,
-    results-data/<section>): its report, figures and text, as run_study makes a section."""
+    results-data/<section>): its report, figures and text, as run_study makes a section. Runs
+    stopped before their final evaluation (a device call's time ran out) are refused: a section
+    scores final evaluations."""
+    stopped = [s.name for s in collect(kept, spectra=False) if s.final is None]
+    if stopped:
+        raise SystemExit(
+            f"results.py --from-data: {len(stopped)} runs in {kept} have no final evaluation (their "
+            f"sweep stopped early): {', '.join(stopped)}; train the task again with fewer SEEDS or "
+            f"more time"
+        )
     section = kept.name
     reported = study.out / f"{section}-report"
     run("report", str(kept), "--out", str(reported), env=study.env)
     data = read_report_data(reported / "report.json")
-    assert data.study is not None, "a report of runs knows what they were"
-    compared = f"{', '.join(data.study.configs)}, at the papers' budget"
-    command = f"bash scripts/gpu_study.sh {' '.join(data.study.tasks)}"
-    head = study_line(command, section, data.study, compared, len(data.study.seeds))
+    facts = data.study
+    assert facts is not None, "a report of runs knows what they were"
+    runs = len(facts.tasks) * len(facts.configs) * len(facts.seeds)
+    compared = (
+        f"{', '.join(facts.configs)}, at the papers' budget ({facts.steps // runs:,} steps a run)"
+    )
+    command = f"bash scripts/gpu_study.sh {' '.join(facts.tasks)}"
+    head = study_line(command, section, facts, compared, len(facts.seeds))
     text = f"{head}\n\n{section_text(data, _linker(reported, section, study.write_docs))}"
     if write is not None:
         write(section, text)
