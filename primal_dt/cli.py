@@ -78,6 +78,20 @@ def _add_datasets_parser(commands: argparse._SubParsersAction) -> None:
     )
     reference.set_defaults(func=handlers.datasets_reference)
 
+    carry = actions.add_parser(
+        "carry",
+        help="a dataset made here as its actions and reset seeds, to make again elsewhere (small)",
+    )
+    carry.add_argument("id", metavar="ID", help="dataset id or task name (e.g. hopper-medium)")
+    carry.add_argument("--out", metavar="FILE", required=True, help="the carrier (.npz)")
+    carry.set_defaults(func=handlers.datasets_carry)
+    remake = actions.add_parser(
+        "remake", help="make a carried dataset again by replaying its actions, checked bit for bit"
+    )
+    remake.add_argument("carrier", metavar="FILE", help="what datasets carry wrote")
+    remake.add_argument("--workers", type=int, default=1, help="processes replaying at once (1)")
+    remake.set_defaults(func=handlers.datasets_remake)
+
 
 def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
     from primal_dt.common.loading import packaged_config_names
@@ -149,6 +163,12 @@ def _add_sweep_parsers(commands: argparse._SubParsersAction) -> None:
         metavar="CONFIG",
         help="the config every other is compared with (default: the Decision Transformer, softmax "
         "in every block and conditioned on returns, whatever its config is named)",
+    )
+    report.add_argument(
+        "--data-only",
+        action="store_true",
+        help="only the copy of the runs' data (DIR/runs, what a report reads again elsewhere): "
+        "for a machine without the report extra",
     )
     report.set_defaults(func=handlers.report)
 

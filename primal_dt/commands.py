@@ -241,6 +241,30 @@ def datasets_reference(args: argparse.Namespace) -> int:
     return 0
 
 
+def datasets_carry(args: argparse.Namespace) -> int:
+    from primal_dt.data.carried import carry
+
+    carrier = carry(args.id)
+    carrier.write(Path(args.out))
+    size = Path(args.out).stat().st_size / 2**20
+    about = carrier.about
+    print(
+        f"{about.dataset_id}: {len(carrier.lengths)} episodes, {about.steps} steps -> {args.out} "
+        f"({size:.1f} MiB)"
+    )
+    return 0
+
+
+def datasets_remake(args: argparse.Namespace) -> int:
+    from primal_dt.common.errors import ConfigError
+    from primal_dt.data.carried import remake
+
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    print(remake(Path(args.carrier), args.workers))
+    return 0
+
+
 def sweep(args: argparse.Namespace) -> int:
     from primal_dt.tools.grid import SweepOptions, parse_list
     from primal_dt.tools.sweep import train_grid
@@ -266,9 +290,15 @@ def sweep(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from primal_dt.tools.report import write_report
+    from primal_dt.common.errors import ConfigError
+    from primal_dt.tools.report import write_report, write_runs_data
 
     out = Path(args.out) if args.out else None
+    if args.data_only:
+        if args.baseline:
+            raise ConfigError("--data-only writes no comparison: leave out --baseline")
+        print(write_runs_data([Path(d) for d in args.runs_dirs], out))
+        return 0
     table, written = write_report([Path(d) for d in args.runs_dirs], out, args.baseline)
     print(table)
     for path in written:

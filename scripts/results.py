@@ -22,6 +22,9 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
         # matched-primal with each initialisation of We and Wr (model.attention_settings.primal.init), side by side
     python scripts/results.py --paper --tasks halfcheetah-medium,... --device cuda --seeds 0,1,2
         # the papers' own configs at their budget (100k steps): the reproduction, on a GPU
+    python scripts/results.py --budget --tasks hopper-medium --device cuda --write-docs
+        # the matched comparison at the papers' budget where the report extra is installed, into
+        # results-budget-<env>; on a lent GPU, scripts/gpu_study.sh trains it and --from-data reads it
 
 At the CPU budget this compares attentions under one matched setting on datasets recorded here; it
 does not reproduce the paper's numbers, which came from D4RL v2 datasets at 100k steps.
@@ -35,7 +38,14 @@ from pathlib import Path
 from bench_common import primal_dt
 from doc_tables import write_section
 
-from primal_dt.tools.study import Study, combine, record, run_study, write_page_wide
+from primal_dt.tools.study import (
+    Study,
+    combine,
+    from_data,
+    record,
+    run_study,
+    write_page_wide,
+)
 from primal_dt.tools.study_datasets import recorded_tasks
 
 
@@ -78,6 +88,12 @@ def main() -> None:
     parser.add_argument("--out", default="results", help="where datasets and runs go (results)")
     parser.add_argument("--paper", action="store_true", help="the papers' configs at their budget")
     parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="the matched configs at the papers' budget (embed 128, 100,000 steps: "
+        "primal_dt/tools/papers_budget.toml), for a GPU (scripts/gpu_study.sh)",
+    )
+    parser.add_argument(
         "--compare-init",
         action="store_true",
         help="Primal-DT with each initialisation of We and Wr (model.attention_settings.primal.init)",
@@ -105,7 +121,15 @@ def main() -> None:
         help="rewrite the table at a glance, its figure, the README's summary and the paper's "
         "table from results-data/, and train nothing",
     )
+    parser.add_argument(
+        "--from-data",
+        metavar="FOLDER",
+        help="write the section of runs trained elsewhere from their data alone (results-data/"
+        "<section>, as scripts/gpu_study.sh --take unpacks it), and train nothing",
+    )
     args = parser.parse_args()
+    if args.budget and (args.paper or args.compare_init):
+        parser.error("--budget is the matched comparison's: not with --paper or --compare-init")
     if args.refresh:
         write_page_wide(write_section)
         return
@@ -125,11 +149,15 @@ def main() -> None:
         parallel=args.parallel,
         device=args.device,
         paper=args.paper,
+        budget=args.budget,
         compare_init=args.compare_init,
         section=args.section,
         write_docs=args.write_docs,
     )
     write = write_section if args.write_docs else None
+    if args.from_data:
+        print(from_data(study, Path(args.from_data).resolve(), primal_dt, write))
+        return
     if args.combine:
         print(combine(study, primal_dt, write))
         return

@@ -22,7 +22,7 @@ from primal_dt.cli import main
 from primal_dt.common.errors import TaskError
 from primal_dt.data import references
 from primal_dt.data.episodes import load_task_data
-from primal_dt.data.recipes import _write_in_place
+from primal_dt.data.recipes import write_in_place
 from primal_dt.data.recording import (
     mean_return,
     random_policy,
@@ -275,7 +275,7 @@ def test_make_never_overwrites_nor_leaves_half_a_dataset(root, tmp_path, capsys)
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        _write_in_place(root, "primal-dt/hopper/half-v0", False, fails_half_way)
+        write_in_place(root, "primal-dt/hopper/half-v0", False, fails_half_way)
     assert not (root / "primal-dt/hopper/half-v0").exists()
     assert not list(root.glob(".primal-dt-staging-*"))
 

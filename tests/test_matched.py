@@ -97,6 +97,27 @@ def test_matched_bc_is_matched_softmax_without_return_conditioning(tmp_path: Pat
     assert other == softmax
 
 
+def test_the_papers_budget_changes_the_width_and_steps_alone(tmp_path: Path) -> None:
+    """scripts/gpu_study.sh's configs: each matched config with papers_budget.toml's settings over
+    it, in a folder of its own (the CPU study's configs of the same name stay as they are)."""
+    budget = {"embed_dim": 128, "steps": 100_000, "eval_every": 10_000, "ckpt_every": 10_000}
+    made = [
+        (matched_config(tmp_path, "softmax"), matched_config(tmp_path, "softmax", budget=True)),
+        (matched_config(tmp_path, "primal"), matched_config(tmp_path, "primal", budget=True)),
+        (bc_config(tmp_path), bc_config(tmp_path, budget=True)),
+    ]
+    for cpu, gpu in made:
+        assert cpu.name == gpu.name and cpu.parent != gpu.parent
+        at_cpu, at_budget = (dataclasses.asdict(load_config(path)) for path in (cpu, gpu))
+        changed = {
+            key: value
+            for section in ("model", "train", "eval")
+            for key, value in at_budget[section].items()
+            if at_cpu[section][key] != value
+        }
+        assert changed == budget, cpu.name
+
+
 def test_init_configs_differ_from_matched_primal_only_in_the_initialisation(tmp_path: Path) -> None:
     primal = dataclasses.asdict(load_config(matched_config(tmp_path, "primal")))
     for init in PRIMAL_INITS:

@@ -11,6 +11,8 @@ import dataclasses
 import json
 import re
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -844,6 +846,52 @@ def test_report_baseline_on_the_command_line(trained: Path, tmp_path: Path, caps
     report = (runs / "report" / "report.md").read_text()
     assert "Every config against primal-dt (the baseline" in report
     assert "- dt − primal-dt on hopper-medium: " in report
+
+
+BLOCKED = """import sys
+class Blocked:  # a lent GPU's image: no report extra
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("rliable", "scipy", "pandas", "tomli_w"):
+            raise ImportError(f"{name} is not installed here")
+sys.meta_path.insert(0, Blocked())
+from primal_dt.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_data_only_sends_what_a_report_reads_again_without_the_report_extra(
+    trained: Path, tmp_path: Path
+) -> None:
+    """`report --data-only` on a machine without rliable, scipy or pandas writes only the runs'
+    copy, from which the report made here is the one the runs themselves make."""
+    runs = tmp_path / "runs"
+    for config in ("dt", "primal-dt"):
+        for seed, score in enumerate(SCORES5["hopper-medium", config]):
+            place(trained, runs / f"{config}-{seed}", config, seed, score=score)
+    sent = tmp_path / "sent"
+    command = [
+        sys.executable,
+        "-c",
+        BLOCKED,
+        "report",
+        str(runs),
+        "--out",
+        str(sent),
+        "--data-only",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(sent / "runs") and sorted(
+        p.name for p in sent.iterdir()
+    ) == ["runs"]
+    write_report(runs, tmp_path / "direct")
+    write_report(sent / "runs", tmp_path / "again")
+    direct, again = (
+        (tmp_path / name / "report.md").read_text().split("\n", 1)[1]
+        for name in ("direct", "again")
+    )
+    assert again == direct
+    assert main(["report", str(runs), "--data-only", "--baseline", "dt"]) == 2
 
 
 def _spectrum_run(config: str, seed: int, kinds: list[str], ranks: list[int]) -> RunSummary:

@@ -307,7 +307,7 @@ def make_dataset(
     steps = sum(len(b.rewards) for b in buffers)
     root = Path(options.root or minari_root())
     description = f"primal-dt {options.recipe} recipe on {env.gym_id}: {about}"
-    _write_in_place(
+    write_in_place(
         root,
         dataset_id,
         options.force,
@@ -326,7 +326,7 @@ def make_dataset(
     return dataset_id
 
 
-def _write_in_place(root: Path, dataset_id: str, force: bool, write: Callable[[], Any]) -> None:
+def write_in_place(root: Path, dataset_id: str, force: bool, write: Callable[[], Any]) -> None:
     """Run `write` into a hidden staging root, then rename the dataset into `root` in one step."""
     final = root / dataset_id
     if final.exists() and not force:

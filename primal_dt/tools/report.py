@@ -23,6 +23,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from primal_dt.common.errors import check_folder
 from primal_dt.evaluation.conditioning import curve_points
@@ -201,6 +202,35 @@ def _check_copy_place(folder: Path, dirs: list[Path], found: list[RunSummary]) -
         )
 
 
+class Found(NamedTuple):
+    """What a report reads, checked before anything is written."""
+
+    out: Path  # where it writes (default: the first RUNS_DIR/report)
+    dirs: list[Path]
+    runs: list[RunSummary]  # every run found
+    counted_once: list[RunSummary]
+    left_out: list[RunSummary]  # duplicates
+
+
+def _find(runs_dirs: Path | Sequence[Path], out: Path | None) -> Found:
+    dirs = [runs_dirs] if isinstance(runs_dirs, Path) else list(runs_dirs)
+    out = out or dirs[0] / "report"
+    check_folder(out, "--out")
+    found = [summary for runs_dir in dirs for summary in collect(runs_dir, skip=out)]
+    _check_copy_place(out / "runs", dirs, found)
+    return Found(out, dirs, found, *count_once(found))
+
+
+def write_runs_data(runs_dirs: Path | Sequence[Path], out: Path | None = None) -> Path:
+    """Only the report's copy of the runs (export_runs) into out/runs, from which `primal-dt
+    report` makes the report elsewhere: no statistics, tables or figures, so that a machine without
+    the report extra (a lent GPU's) can send back its runs' data. Returns the copy's folder."""
+    found = _find(runs_dirs, out)
+    found.out.mkdir(parents=True, exist_ok=True)
+    counted = found.counted_once
+    return export_runs(counted, found.out / "runs", behaviour_scores(counted))
+
+
 def write_report(
     runs_dirs: Path | Sequence[Path], out: Path | None = None, baseline: str | None = None
 ) -> tuple[str, list[Path]]:
@@ -209,12 +239,7 @@ def write_report(
     every directory together, every config compared with baseline (default:
     runs.baseline_config's choice); returns the per-task table's text and the paths written.
     Also refreshes each RUNS_DIR's TensorBoard dashboards (dashboards.py)."""
-    dirs = [runs_dirs] if isinstance(runs_dirs, Path) else list(runs_dirs)
-    out = out or dirs[0] / "report"
-    check_folder(out, "--out")
-    found = [summary for runs_dir in dirs for summary in collect(runs_dir, skip=out)]
-    _check_copy_place(out / "runs", dirs, found)
-    counted_once, left_out = count_once(found)
+    out, dirs, found, counted_once, left_out = _find(runs_dirs, out)
     baseline = baseline_config(counted_once, baseline)  # a wrong --baseline: before any write
     out.mkdir(parents=True, exist_ok=True)
     same = same_data(task_datasets(counted_once))

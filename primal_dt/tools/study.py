@@ -31,6 +31,7 @@ from primal_dt.tools.results_page import (
     study_line,
 )
 from primal_dt.tools.results_table import at_a_glance, glance, glance_figure
+from primal_dt.tools.runs import collect
 from primal_dt.tools.study_configs import bc_config, init_config, matched_config
 from primal_dt.tools.study_datasets import (
     RECORDED,
@@ -54,6 +55,8 @@ SECTIONS = {
     "medium-replay": "results-replay",
     "medium-expert": "results-expert",
 }
+# The matched study at the papers' budget (scripts/gpu_study.sh): <that>-<env>, a task at a time.
+BUDGET_SECTION = "results-budget"
 # The command line that made a section, for its first line, per dataset quality.
 COMMAND = "python scripts/results.py"
 QUALITY_FLAG = {"medium-replay": " --replay", "medium-expert": " --medium-expert"}
@@ -78,6 +81,7 @@ class Study:
     parallel: int = 2  # runs (and recordings) at once
     device: str = "cpu"
     paper: bool = False  # the papers' own configs at their budget
+    budget: bool = False  # the matched configs at the papers' budget (study_configs.PAPERS_BUDGET)
     compare_init: bool = False  # matched-primal with each initialisation
     section: str | None = None  # the docs section (None: the study's own)
     write_docs: bool = False
@@ -118,13 +122,17 @@ def comparison(study: Study) -> tuple[str, str, str]:
     if study.paper:
         return "dt,primal-dt", "results-paper", "the papers' DT and Primal.+DT configs"
     kinds = list(ATTENTIONS) if study.attentions == "all" else study.attentions.split(",")
-    configs = ",".join(str(matched_config(out, kind)) for kind in kinds)
+    configs = ",".join(str(matched_config(out, kind, study.budget)) for kind in kinds)
     if study.bc:
-        configs += f",{bc_config(out)}"
+        configs += f",{bc_config(out, study.budget)}"
     qualities = {task.partition("-")[2] for task in study.tasks}
     quality = qualities.pop() if len(qualities) == 1 else "medium"
     section = "results-attentions" if len(kinds) > 2 else SECTIONS.get(quality, "results")
     compared = f"the matched config with {', '.join(kinds)} in its last block"
+    if study.budget:  # a task at a time: the page has a section per environment
+        env = study.tasks[0].partition("-")[0] if len(study.tasks) == 1 else ""
+        section = f"{BUDGET_SECTION}-{env}" if env else BUDGET_SECTION
+        compared = f"{compared}, at the papers' budget"
     return configs, section, compared + (", and matched-bc" if study.bc else "")
 
 
@@ -175,6 +183,38 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
         write(section, text)
         if section == "results":  # the matched study on the medium datasets: the page's first
             write("results-first", first_paragraph(data, corl_scores()))
+        write_page_wide(write)
+    return text
+
+
+def from_data(study: Study, kept: Path, run: Command, write: WriteSection | None = None) -> str:
+    """The section of runs trained elsewhere (scripts/gpu_study.sh: the papers' budget on a GPU),
+    from their data alone (`primal-dt report --data-only`'s copy, unpacked into kept,
+    results-data/<section>): its report, figures and text, as run_study makes a section. Runs
+    stopped before their final evaluation (a device call's time ran out) are refused: a section
+    scores final evaluations."""
+    stopped = [s.name for s in collect(kept, spectra=False) if s.final is None]
+    if stopped:
+        raise SystemExit(
+            f"results.py --from-data: {len(stopped)} runs in {kept} have no final evaluation (their "
+            f"sweep stopped early): {', '.join(stopped)}; train the task again with fewer SEEDS or "
+            f"more time"
+        )
+    section = kept.name
+    reported = study.out / f"{section}-report"
+    run("report", str(kept), "--out", str(reported), env=study.env)
+    data = read_report_data(reported / "report.json")
+    facts = data.study
+    assert facts is not None, "a report of runs knows what they were"
+    runs = len(facts.tasks) * len(facts.configs) * len(facts.seeds)
+    compared = (
+        f"{', '.join(facts.configs)}, at the papers' budget ({facts.steps // runs:,} steps a run)"
+    )
+    command = f"bash scripts/gpu_study.sh {' '.join(facts.tasks)}"
+    head = study_line(command, section, facts, compared, len(facts.seeds))
+    text = f"{head}\n\n{section_text(data, _linker(reported, section, study.write_docs))}"
+    if write is not None:
+        write(section, text)
         write_page_wide(write)
     return text
 

@@ -1,7 +1,9 @@
 """The configs of the repository's studies (scripts/results.py), made from configs/matched.toml as
 TOML data: each attention in its last block (matched-<kind>), behaviour cloning (matched-bc), and
 Primal's initialisations (matched-primal-<init>-init). Each is a config of its own name, so that
-the report sets them side by side, and each differs from matched-softmax in one thing only.
+the report sets them side by side, and each differs from matched-softmax in one thing only. At the
+papers' budget (papers_budget.toml over matched.toml's settings, for scripts/gpu_study.sh) they keep
+their names, in a folder of their own.
 """
 
 from __future__ import annotations
@@ -12,20 +14,25 @@ from typing import Any
 
 from primal_dt.common.loading import named_config_path
 
+PAPERS_BUDGET = Path(__file__).with_name("papers_budget.toml")
 
-def _write(out: Path, name: str, settings: dict[str, Any]) -> Path:
+
+def _write(out: Path, name: str, settings: dict[str, Any], budget: bool) -> Path:
     import tomli_w  # the studies' (the report extra): the package itself only reads TOML
 
-    path = out / "configs" / f"{name}.toml"
+    path = out / ("budget-configs" if budget else "configs") / f"{name}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(tomli_w.dumps(settings))
     return path
 
 
-def _matched(kind: str) -> dict[str, Any]:
-    """configs/matched.toml with `kind` in the last block and only that kind's own settings (a
-    table for a kind no block uses is refused)."""
+def _matched(kind: str, budget: bool = False) -> dict[str, Any]:
+    """configs/matched.toml (with budget, papers_budget.toml's settings over it) with `kind` in the
+    last block and only that kind's own settings (a table for a kind no block uses is refused)."""
     settings = tomllib.loads(named_config_path("matched").read_text())
+    if budget:
+        for table, values in tomllib.loads(PAPERS_BUDGET.read_text()).items():
+            settings[table].update(values)
     model = settings["model"]
     model["attention"] = [*model["attention"][:-1], kind]
     own = model.get("attention_settings", {})
@@ -35,18 +42,18 @@ def _matched(kind: str) -> dict[str, Any]:
     return settings
 
 
-def matched_config(out: Path, kind: str) -> Path:
+def matched_config(out: Path, kind: str, budget: bool = False) -> Path:
     """matched-<kind>: the matched config with `kind` in its last block."""
-    return _write(out, f"matched-{kind}", _matched(kind))
+    return _write(out, f"matched-{kind}", _matched(kind, budget), budget)
 
 
-def bc_config(out: Path) -> Path:
+def bc_config(out: Path, budget: bool = False) -> Path:
     """matched-bc: matched-softmax without return conditioning (model.return_conditioning =
     false): behaviour cloning with the same network, budget and data, so that the table says
     what sequence modelling with returns adds."""
-    settings = _matched("softmax")
+    settings = _matched("softmax", budget)
     settings["model"]["return_conditioning"] = False
-    return _write(out, "matched-bc", settings)
+    return _write(out, "matched-bc", settings, budget)
 
 
 def init_config(out: Path, init: str) -> Path:
@@ -54,4 +61,4 @@ def init_config(out: Path, init: str) -> Path:
     init, so that the report sets the initialisations side by side with nothing else different."""
     settings = _matched("primal")
     settings["model"]["attention_settings"]["primal"]["init"] = init
-    return _write(out, f"matched-primal-{init}-init", settings)
+    return _write(out, f"matched-primal-{init}-init", settings, False)
