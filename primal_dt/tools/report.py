@@ -157,11 +157,10 @@ def _sections(text: str, pictures: list[str]) -> list[ReportSection]:
     return found
 
 
-def export_runs(
-    summaries: list[RunSummary], folder: Path, behaviour: dict[str, Behaviour] | None = None
-) -> Path:
-    """A copy of each run's records (RunDir.small_files) and its checkpoint's facts (facts.json)
-    under folder/<task>/<config>-s<seed>, from which `primal-dt report folder` makes the same
+def export_runs(summaries: list[RunSummary], folder: Path, behaviour: dict[str, Behaviour]) -> Path:
+    """A copy of each run's records (RunDir.small_files) and its checkpoint's facts (facts.json,
+    with its task's dataset score from behaviour, behaviour_scores's for every task) under
+    folder/<task>/<config>-s<seed>, from which `primal-dt report folder` makes the same
     report without the checkpoints: the results page's data. Made beside the folder, then put in
     place of its last copy."""
     staging = folder.with_name(f".{folder.name}.staging")
@@ -173,7 +172,7 @@ def export_runs(
             shutil.copy2(path, copy.path / path.name)
         if summary.step is not None and summary.parameters is not None:
             spectra = None if summary.spectra is None else [s.tolist() for s in summary.spectra]
-            data = (behaviour or {}).get(summary.task) or Behaviour(None, False)
+            data = behaviour[summary.task]  # behaviour_scores: every task's, found or not
             facts = RunFacts(
                 summary.step,
                 summary.steps,
