@@ -190,8 +190,9 @@ def _replay_chain(
     env = make_env(env_id, limit)
     buffers = []
     try:
-        for index, seed, actions, truncated in chain:
-            observation, _ = env.reset(seed=None if seed == NO_SEED else seed)
+        for index, recorded, actions, truncated in chain:
+            seed = None if recorded == NO_SEED else recorded
+            observation, _ = env.reset(seed=seed)
             observations, rewards, terminations, truncations = [observation], [], [], []
             for action in actions:
                 observation, reward, terminated, cut, _ = env.step(action)
@@ -203,7 +204,7 @@ def _replay_chain(
             buffers.append(
                 EpisodeBuffer(
                     id=index,
-                    seed=None if seed == NO_SEED else seed,
+                    seed=seed,
                     observations=np.asarray(observations),
                     actions=actions,
                     rewards=np.asarray(rewards),
