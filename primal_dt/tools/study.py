@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
@@ -236,23 +236,29 @@ def keep_data(reported: Path, section: str) -> Path:
     return kept
 
 
+def combined_parts(section: str, tasks: Sequence[str]) -> list[Path]:
+    """The kept data of the sections a combined section reads: <section>-<env> for each task."""
+    return [RESULTS_DATA / f"{section}-{task.partition('-')[0]}" for task in tasks]
+
+
 def combine(study: Study, run: Command, write: WriteSection | None = None) -> str:
-    """The quality's section (or study.section) from the runs of its tasks' sections made apart
-    (<section>-<env>-runs, one per task), reported together: what they say over the tasks (the
-    paired differences over tasks, at the final evaluation and over the last quarter, and the
-    aggregates), which no one task's section can say. Trains nothing: a study made a task at a
-    time, as the 2 cores allow, is read whole without training it again."""
+    """The quality's section (or study.section) from the runs its tasks' sections made apart keep
+    (results-data/<section>-<env>, one per task), reported together: what they say over the tasks
+    (the paired differences over tasks, at the final evaluation and over the last quarter, and
+    the aggregates), which no one task's section can say. Trains nothing: a study made a task at
+    a time, as the 2 cores allow, is read whole without training it again, and a clone makes the
+    section again from its data alone."""
     section = study.section or SECTIONS[study.quality]
-    parts = {task: study.out / f"{section}-{task.partition('-')[0]}-runs" for task in study.tasks}
-    missing = [f"{task} in {runs}" for task, runs in parts.items() if not runs.is_dir()]
+    parts = combined_parts(section, study.tasks)
+    missing = [str(part) for part in parts if not part.is_dir()]
     if missing:
         raise SystemExit(
-            f"results.py --combine: no runs of {'; '.join(missing)}; make each task's first: "
-            f"python scripts/results.py --tasks TASK --section {section}-ENV (with the same "
-            f"dataset flag and --out)"
+            f"results.py --combine: no kept runs in {', '.join(missing)}; make each task's "
+            f"first: python scripts/results.py --tasks TASK --section {section}-ENV --write-docs "
+            f"(with the same dataset flag), which keeps its runs there"
         )
     reported = study.out / f"{section}-report"
-    run("report", *map(str, parts.values()), "--out", str(reported), env=study.env)
+    run("report", *map(str, parts), "--out", str(reported), env=study.env)
     data = read_report_data(reported / "report.json")
     text = over_tasks_text(data, _linker(reported, section, study.write_docs))
     text = f"{_combined_line(study, section, data)}\n\n{text}"
