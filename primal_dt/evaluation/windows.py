@@ -17,6 +17,8 @@ from torch import Tensor
 
 @dataclass
 class Windows:
+    """Every slot's window, as tensors on the policy's device (S slots, K steps)."""
+
     states: Tensor  # (S, K, state_dim): normalised
     actions: Tensor  # (S, K, act_dim)
     rtg: Tensor  # (S, K): the return still to get, over the return scale
