@@ -94,6 +94,9 @@ take() {  # ARCHIVE [DATA]: its section written from it, then its data kept in D
     rm -rf "${data:?}/$section"  # the section's runs are one call's, whole
     mv "$unpacked/$section" "$data/$section"
     rm -rf "$unpacked"
+    if [ -n "${WRITE_DOCS---write-docs}" ]; then  # the first screens, now with this section's runs
+        python3 scripts/results.py --refresh
+    fi
 }
 
 case ${1:-} in

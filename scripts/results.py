@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument(
         "--combine",
         action="store_true",
-        help="read the runs of the tasks' sections made apart (<section>-<env>) "
+        help="read the runs that the tasks' sections made apart keep (results-data/<section>-<env>) "
         "together, and train nothing",
     )
     parser.add_argument(

@@ -49,7 +49,7 @@ from primal_dt.tools.results_page import (
     precisions,
     section_text,
 )
-from primal_dt.tools.results_table import NONE_KEPT, at_a_glance, glance
+from primal_dt.tools.results_table import NONE_KEPT, glance
 from primal_dt.tools.runs import read_run
 from primal_dt.tools.study import Study, combine, comparison, record, run_study
 from primal_dt.tools.study_configs import bc_config, init_config, matched_config
@@ -212,16 +212,20 @@ def test_the_results_page_keeps_the_papers_table_apart_and_current() -> None:
 
 
 def test_the_readme_and_the_pages_first_screen_show_the_kept_matched_runs() -> None:
-    """The README's summary and the page's table are the table and figure of the matched
-    sections' kept runs as results-data/ holds them now, and the figure is drawn."""
-    seen = glance(study_module.matched_sections())
-    figure = study_module.GLANCE_FIGURE
+    """The README's summary and the page's table are the tables and figures of the matched
+    sections' kept runs as results-data/ holds them now (the papers' budget's first, where kept),
+    and each figure is drawn where its table has a difference."""
+    cpu = glance(study_module.matched_sections())
+    budget = glance(study_module.budget_sections())
     readme, page = (ROOT / "README.md").read_text(), (ROOT / "docs" / "results.md").read_text()
-    summary = at_a_glance(seen, "scripts/figures/results_at_a_glance.png")
+    table, summary = study_module.first_screens(cpu, budget)
     assert f"<!-- results-summary:start -->\n{summary}\n<!-- results-summary:end -->" in readme
-    table = at_a_glance(seen, f"../{figure.relative_to(ROOT)}")
     assert f"<!-- results-table:start -->\n{table}\n<!-- results-table:end -->" in page
-    assert figure.is_file() == (seen is not None and bool(seen.pairs))
+    for seen, figure in (
+        (cpu, study_module.GLANCE_FIGURE),
+        (budget, study_module.BUDGET_GLANCE_FIGURE),
+    ):
+        assert figure.is_file() == (seen is not None and bool(seen.pairs))
 
 
 def test_the_table_reads_the_matched_sections_alone(tmp_path: Path, monkeypatch) -> None:

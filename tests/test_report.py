@@ -33,6 +33,7 @@ from primal_dt.data.recording import random_policy, record_episodes, write_datas
 from primal_dt.evaluation import plots
 from primal_dt.store.rundir import RunDir
 from primal_dt.store.snapshots import read_snapshot, write_snapshot
+from primal_dt.tools import study as study_module
 from primal_dt.tools.corl import CORL_HEADING, corl_scores, corl_table
 from primal_dt.tools.flatness import (
     FLAT,
@@ -982,3 +983,68 @@ def test_the_results_table_sets_dt_primal_and_bc_side_by_side_from_kept_runs(
     )
     assert glance_figure(seen, tmp_path / "f.png").stat().st_size > 10_000
     assert glance([]) is None and results_table(None) == NONE_KEPT == at_a_glance(None, "f.png")
+
+
+def _kept(trained: Path, folder: Path, scores: dict[tuple[str, str], list[float]]) -> None:
+    """A section's kept runs (the report's copy) in folder, scoring as given per seed."""
+    runs = folder.parent / f"{folder.name}-runs"
+    for (task, config), values in scores.items():
+        for seed, score in enumerate(values):
+            place(trained, runs / f"{task}-{config}-{seed}", config, seed, task, score)
+    write_report(runs, folder.parent / f"{folder.name}-report")
+    shutil.copytree(folder.parent / f"{folder.name}-report" / "runs", folder)
+
+
+def test_the_papers_budget_leads_the_first_screen_and_the_cpus_is_one_readme_sentence(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the matched study has been made at the papers' budget (results-budget-<env>), its
+    table and figure come first on the page, then the CPU budget's; the README shows that table
+    and says the CPU budget's mean difference in one sentence. Without it, both show the CPU's."""
+    data = tmp_path / "results-data"
+    data.mkdir()
+    monkeypatch.setattr(study_module, "RESULTS_DATA", data)
+    dt, primal = "matched-softmax", "matched-primal"
+    cpu_scores = {
+        ("hopper-medium", dt): [40.0, 55.0, 47.0],
+        ("hopper-medium", primal): [52.0, 44.0, 61.0],
+        ("walker2d-medium", dt): [70.0, 81.0, 64.0],
+        ("walker2d-medium", primal): [72.0, 80.0, 69.0],
+    }
+    for task in ("hopper-medium", "walker2d-medium"):
+        env = task.partition("-")[0]
+        part = {key: value for key, value in cpu_scores.items() if key[0] == task}
+        _kept(trained, data / f"results-{env}", part)
+    _kept(
+        trained,
+        data / "results-budget-hopper",
+        {("hopper-medium", dt): [60.0, 62.0, 64.0], ("hopper-medium", primal): [70.0, 69.0, 75.0]},
+    )
+    assert [p.name for p in study_module.budget_sections()] == ["results-budget-hopper"]
+    assert "results-budget-hopper" not in [p.name for p in study_module.matched_sections()]
+    cpu, budget = glance(study_module.matched_sections()), glance(study_module.budget_sections())
+    assert cpu is not None and budget is not None and cpu.over is not None
+    page, readme = study_module.first_screens(cpu, budget)
+
+    budget_table = at_a_glance(budget, "../scripts/figures/results_budget_at_a_glance.png")
+    cpu_table = at_a_glance(cpu, "../scripts/figures/results_at_a_glance.png")
+    assert page == (
+        f"**At the papers' budget** (10 steps a run):\n\n{budget_table}\n\n"
+        f"**At a CPU budget** (10 steps a run):\n\n{cpu_table}"
+    )
+    assert "| +9.3 [" in budget_table  # the budget's own difference: 71.3 − 62.0
+    differences = np.subtract(
+        [cpu_scores[t, primal] for t in ("hopper-medium", "walker2d-medium")],
+        [cpu_scores[t, dt] for t in ("hopper-medium", "walker2d-medium")],
+    ).mean(axis=0)
+    low, high = scipy.stats.ttest_1samp(differences, 0.0).confidence_interval(0.95)
+    assert readme == (
+        f"**At the papers' budget** (10 steps a run):\n\n"
+        f"{at_a_glance(budget, 'scripts/figures/results_budget_at_a_glance.png')}\n\n"
+        f"At a CPU budget (10 steps a run), Primal.+DT − DT over the 2 datasets is "
+        f"{differences.mean():+.1f} [{low:+.1f}, {high:+.1f}] (it could detect "
+        f"{cpu.over.detectable:.1f}); its table is on the results page."
+    )
+    page, readme = study_module.first_screens(cpu, None)
+    assert page == f"**At a CPU budget** (10 steps a run):\n\n{cpu_table}"
+    assert readme == page.replace("../scripts/", "scripts/")

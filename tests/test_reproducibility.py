@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -386,3 +387,23 @@ def test_compiled_runs_give_the_same_bits_and_resume_to_them(minari_root, tmp_pa
     output, _ = process.communicate(timeout=600)
     assert process.returncode == 0, output
     assert_same(tmp_path / "a", tmp_path / "c")
+
+
+def test_the_serving_loop_evaluates_once_more_after_finish_and_stops_without_its_parent() -> None:
+    """serve_until: a snapshot queued just before the trainer sets `finish` is still evaluated
+    (one round with finishing=True, then return); with its parent gone it evaluates nothing."""
+    from primal_dt.evaluation.service import serve_until
+
+    finish = threading.Event()
+    rounds: list[bool] = []
+
+    def evaluate(finishing: bool) -> None:
+        rounds.append(finishing)
+        if len(rounds) == 3:
+            finish.set()
+
+    serve_until(finish, os.getppid(), evaluate, poll_seconds=0.0)
+    assert rounds == [False, False, False, True]
+    rounds.clear()
+    serve_until(threading.Event(), os.getppid() + 1, evaluate, poll_seconds=0.0)
+    assert rounds == []

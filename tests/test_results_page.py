@@ -11,9 +11,10 @@ from pathlib import Path
 from conftest import ROOT
 
 from primal_dt.tools import study as study_module
+from primal_dt.tools.corl import corl_scores
 from primal_dt.tools.report import write_report
 from primal_dt.tools.report_data import read_report_data
-from primal_dt.tools.results_page import section_text
+from primal_dt.tools.results_page import first_paragraph, over_tasks_text, section_text
 
 PAGE = ROOT / "docs" / "results.md"
 HAND = re.compile(r"<!-- hand ([\w,-]+) -->\n(.*?)<!-- /hand -->", re.S)
@@ -80,3 +81,32 @@ def test_every_kept_section_is_made_again_from_its_data_alone(tmp_path: Path) ->
         shown = section(page, data.name)
         assert shown is not None, data.name
         assert shown.split("\n\n", 1)[1].strip() == text.strip(), data.name
+
+
+COMBINED = re.compile(
+    r"--combine` \(([\w-]+)\) .*?from the runs of the sections made apart below \(([^)]*)\)"
+)
+
+
+def test_every_combined_section_is_made_again_from_its_tasks_kept_data(tmp_path: Path) -> None:
+    """A section made with `results.py --combine` (what its tasks' sections say together) from
+    sections that keep their runs is the report of those runs read together; the medium study's
+    first paragraph too. (Combined sections made before sections kept their runs are the
+    statistics of their day, until made again.)"""
+    page = PAGE.read_text()
+    combined = {
+        name: [study_module.RESULTS_DATA / part for part in parts.split(", ")]
+        for name, parts in COMBINED.findall(page)
+    }
+    checked = {name: kept for name, kept in combined.items() if all(p.is_dir() for p in kept)}
+    assert checked, "the page holds a section combined from its tasks' kept runs"
+    for name, kept in checked.items():
+        write_report(kept, tmp_path / name)
+        made = read_report_data(tmp_path / name / "report.json")
+        text = over_tasks_text(made, lambda figure, at=name: f"../scripts/figures/{at}_{figure}")
+        shown = section(page, name)
+        assert shown is not None, name
+        assert shown.split("\n\n", 1)[1].strip() == text.strip(), name
+        if name == study_module.SECTIONS["medium"]:
+            first = first_paragraph(made, corl_scores())
+            assert section(page, "results-first") == f"{first}\n"

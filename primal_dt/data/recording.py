@@ -153,8 +153,6 @@ def record_episodes(
     Episode i is reset with seed + i. With a step budget the last episode is cut where the budget
     ends and marked truncated, as a time limit would.
     """
-    from minari.data_collector.episode_buffer import EpisodeBuffer
-
     budget = steps if episodes is None else episodes
     if (episodes is None) == (steps is None) or budget is None or budget <= 0:
         raise DatasetError(
@@ -167,42 +165,47 @@ def record_episodes(
     bar = progress_bar(budget, 0, env_id, progress, unit="step" if steps else "episode")
     try:
         while (total if steps else len(buffers)) < budget:
-            observation, _ = env.reset(seed=seed + len(buffers))
-            observations, actions, rewards, terminations, truncations = (
-                [observation],
-                [],
-                [],
-                [],
-                [],
-            )
-            while True:
-                action = policy(observation)
-                observation, reward, terminated, truncated, _ = env.step(action)
-                total += 1
-                truncated = truncated or total == steps
-                observations.append(observation)
-                actions.append(action)
-                rewards.append(reward)
-                terminations.append(terminated)
-                truncations.append(truncated)
-                if terminated or truncated:
-                    break
-            bar.update(len(rewards) if steps else 1)
-            buffers.append(
-                EpisodeBuffer(
-                    id=len(buffers),
-                    seed=seed + len(buffers),
-                    observations=np.asarray(observations),
-                    actions=np.asarray(actions, dtype=env.action_space.dtype),
-                    rewards=np.asarray(rewards),
-                    terminations=np.asarray(terminations),
-                    truncations=np.asarray(truncations),
-                )
-            )
+            room = None if steps is None else steps - total
+            buffer = record_episode(env, policy, len(buffers), seed + len(buffers), room)
+            total += len(buffer.rewards)
+            bar.update(len(buffer.rewards) if steps else 1)
+            buffers.append(buffer)
     finally:
         bar.close()
         env.close()
     return buffers
+
+
+def record_episode(env: gym.Env, policy: PolicyFn, index: int, seed: int, room: int | None) -> Any:
+    """Episode `index`, from reset(seed), as a Minari buffer; cut after `room` steps where given
+    (the end of a step budget) and marked truncated there, as a time limit would."""
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    observation, _ = env.reset(seed=seed)
+    observations, actions = [observation], []
+    rewards: list[Any] = []  # as the environment returns them: their dtype is the dataset's
+    terminations: list[bool] = []
+    truncations: list[bool] = []
+    while True:
+        action = policy(observation)
+        observation, reward, terminated, truncated, _ = env.step(action)
+        truncated = truncated or len(rewards) + 1 == room
+        observations.append(observation)
+        actions.append(action)
+        rewards.append(reward)
+        terminations.append(terminated)
+        truncations.append(truncated)
+        if terminated or truncated:
+            break
+    return EpisodeBuffer(
+        id=index,
+        seed=seed,
+        observations=np.asarray(observations),
+        actions=np.asarray(actions, dtype=env.action_space.dtype),
+        rewards=np.asarray(rewards),
+        terminations=np.asarray(terminations),
+        truncations=np.asarray(truncations),
+    )
 
 
 def episode_returns(env_id: str, policy: PolicyFn, episodes: int, seed: int) -> list[float]:

@@ -16,7 +16,6 @@ does not load) evaluates each run alone instead.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -41,7 +40,7 @@ from primal_dt.evaluation.rollout import (
     rollout,
     target_results,
 )
-from primal_dt.evaluation.service import CheckpointEvaluator, start_serving
+from primal_dt.evaluation.service import CheckpointEvaluator, serve_until, start_serving
 from primal_dt.method.model import DecisionTransformer, pack_conditioning, returns_seen
 from primal_dt.store.results import EvalResult
 from primal_dt.store.rundir import RunDir, step_of
@@ -250,12 +249,7 @@ def serve_pack(
         for r, run in enumerate(run_dirs)
     ]
     try:
-        while os.getppid() == parent:
-            finishing = finish.is_set()
-            evaluate_queues(evaluators, finishing)
-            if finishing:
-                return
-            finish.wait(poll_seconds)
+        serve_until(finish, parent, partial(evaluate_queues, evaluators), poll_seconds)
     finally:
         for ev in evaluators:
             ev.close()

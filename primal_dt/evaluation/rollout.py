@@ -26,6 +26,7 @@ from primal_dt.common.config import check_device_name
 from primal_dt.common.device import Precision, autocast, recorded_precision
 from primal_dt.common.errors import CheckpointError, ConfigError
 from primal_dt.evaluation.video import VideoUnavailable, headless_rendering, mp4_writer, video_name
+from primal_dt.evaluation.windows import Windows
 from primal_dt.method.model import DecisionTransformer, evaluating
 from primal_dt.store.results import EvalResult, TargetSummary, target_score
 from primal_dt.store.snapshots import Snapshot, TaskInfo
@@ -169,30 +170,23 @@ def rollout(
             on_frame(first_frame(envs))
         job_of = np.arange(slots)  # the job each slot runs; -1 once there are none left
         next_job = slots
-        t = torch.zeros(slots, dtype=torch.long, device=device)
-        states = torch.zeros(slots, k, model.state_dim, device=device)
-        actions = torch.zeros(slots, k, model.act_dim, device=device)
-        rtg = torch.zeros(slots, k, device=device)
+        windows = Windows.empty(slots, k, model.state_dim, model.act_dim, device)
         scale = policy.return_scale
         remaining = torch.tensor([job.target / scale for job in jobs[:slots]], device=device)
         returns = np.zeros(len(jobs))
         lengths = np.zeros(len(jobs), dtype=np.int64)
-        positions = torch.arange(k, device=device)
         space = envs.single_action_space
         assert isinstance(space, gym.spaces.Box), "the policy's tanh head acts in a box"
         low, high = space.low, space.high
         while (job_of >= 0).any():
-            # Slide every window one step left and put the new step in its last row.
-            states, actions, rtg = states.roll(-1, 1), actions.roll(-1, 1), rtg.roll(-1, 1)
             observation = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            states[:, -1] = (observation - policy.state_mean) / policy.state_std
-            actions[:, -1] = 0.0
-            rtg[:, -1] = remaining
-            timesteps = (t[:, None] - (k - 1) + positions).clamp(min=0)
-            mask = positions[None, :] >= (k - 1 - t)[:, None]
+            state = (observation - policy.state_mean) / policy.state_std
+            timesteps, mask = windows.push(state, remaining)
             with autocast(policy.precision, device):
-                action = policy.act(states, actions, rtg, timesteps, mask).float()
-            actions[:, -1] = action
+                action = policy.act(
+                    windows.states, windows.actions, windows.rtg, timesteps, mask
+                ).float()
+            windows.actions[:, -1] = action
             obs, reward, terminated, truncated, _ = envs.step(
                 np.clip(action.cpu().numpy(), low, high)
             )
@@ -202,7 +196,7 @@ def rollout(
             returns[job_of[running]] += reward[running]
             lengths[job_of[running]] += 1
             remaining -= torch.as_tensor(reward, dtype=torch.float32, device=device) / scale
-            t += 1
+            windows.t += 1
             done = terminated | truncated
             if not done.any():
                 continue
@@ -214,8 +208,7 @@ def rollout(
                     remaining[slot] = jobs[next_job].target / scale
                     next_job += 1
             obs, _ = envs.reset(seed=seeds, options={"reset_mask": done})
-            reset = torch.as_tensor(done, device=device)
-            states[reset], actions[reset], rtg[reset], t[reset] = 0.0, 0.0, 0.0, 0
+            windows.clear(torch.as_tensor(done, device=device))
     return returns, lengths
 
 

@@ -227,12 +227,21 @@ def serve(
     Our notes (a spectrum or video not logged) go to the trainer through `notes`, a queue."""
     device = start_serving(parent, options)
     with CheckpointEvaluator(RunDir(Path(run_dir)), options, device, notes.put) as ev:
-        while os.getppid() == parent:
-            finishing = finish.is_set()
-            ev.evaluate_queue()
-            if finishing:
-                return
-            finish.wait(poll_seconds)
+        serve_until(finish, parent, lambda finishing: ev.evaluate_queue(), poll_seconds)
+
+
+def serve_until(
+    finish: Any, parent: int, evaluate: Callable[[bool], object], poll_seconds: float
+) -> None:
+    """The serving loop of serve and serve_pack: evaluate(finishing) what is queued, then wait,
+    until the trainer sets `finish` (one more round after it, so nothing queued is left) or
+    its process is gone."""
+    while os.getppid() == parent:
+        finishing = finish.is_set()
+        evaluate(finishing)
+        if finishing:
+            return
+        finish.wait(poll_seconds)
 
 
 def watch(

@@ -35,8 +35,7 @@ from primal_dt.tools.corl import corl_scores, corl_table
 from primal_dt.tools.flatness import flatness_section
 from primal_dt.tools.paper import paper_scores
 from primal_dt.tools.report_comparisons import (
-    aggregate_figures,
-    aggregates_section,
+    aggregates_with_figures,
     comparisons_section,
     last_quarter_section,
 )
@@ -45,8 +44,7 @@ from primal_dt.tools.report_tables import (
     markdown_table,
     paper_table,
     scores_text,
-    spectrum_sentences,
-    spectrum_table,
+    spectrum_section,
     write_csv,
 )
 from primal_dt.tools.runs import (
@@ -246,40 +244,20 @@ def write_report(
     behaviour = behaviour_scores(counted_once)
     written = [write_csv(rows, out / "report.csv", behaviour), *figures(counted_once, out)]
     images = [f"![{p.stem}]({p.name})" for p in written if p.suffix == ".png"]
-    section, summed = aggregates_section(rows, baseline, same)
-    captioned = aggregate_figures(summed, out)
-    written += [path for path, _ in captioned]
-    section += "".join(f"\n\n![{p.stem}]({p.name})\n\n*{p.name}*: {text}" for p, text in captioned)
-    if not captioned:
-        section += "\n\nNo aggregate figures: there are no aggregates to draw."
+    section, summed, drawn = aggregates_with_figures(rows, baseline, same, out)
+    written += drawn
     counted = f"{len(counted_once)} runs"
     if left_out:
         counted += f" ({len(left_out)} duplicate{'s' * (len(left_out) > 1)} left out, see Notes)"
     lead = f"{counted}, grouped by the task, config name and seed each run recorded."
     table = markdown_table(rows, behaviour)
-    spectrum = spectrum_sentences(counted_once)
     parts = [
         f"{scores_text(rows)}\n\n{table}",
         comparisons_section(rows, baseline),
         flatness_section(counted_once),
         last_quarter_section(counted_once, baseline),
         section,
-        "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
-        "attention output on fixed windows of the task's dataset (the same windows for every "
-        "run of a task; see primal_dt/evaluation/spectrum.py), from each run's last "
-        "checkpoint: rank_90, the fewer singular values hold 90% of the sum, the lower the "
-        "rank. A block is said to have the lower rank_90 only where the difference of the "
-        "means exceeds the sum of the stds over seeds. The sentences compare every other "
-        "attention with softmax: first the same block of two configs of a task (where one "
-        "has softmax there), then a block of another kind with the softmax blocks of its own "
-        "model.\n\n"
-        + "\n\n".join(
-            [
-                spectrum_table(counted_once),
-                "\n".join(f"- {s}" for s in spectrum)
-                or "No study here has a softmax block beside a block of another kind.",
-            ]
-        ),
+        spectrum_section(counted_once),
         paper_table(paper_scores(), [row.task for row in rows if row.task != "average"]),
         corl_table(rows, baseline, corl_scores(), task_references(counted_once)),
         "## Figures\n\n" + "\n".join(images),

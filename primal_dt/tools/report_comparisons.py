@@ -313,3 +313,16 @@ def aggregate_figures(found: list[Aggregate], out: Path) -> list[tuple[Path, str
         )
     )
     return written
+
+
+def aggregates_with_figures(
+    rows: list[Row], baseline: str | None, same: Sequence[SameData], out: Path
+) -> tuple[str, list[Aggregate], list[Path]]:
+    """The aggregates section (aggregates_section) with its figures drawn into out and shown
+    under it, each with its caption; returns the section, the aggregates and the figures."""
+    section, summed = aggregates_section(rows, baseline, same)
+    captioned = aggregate_figures(summed, out)
+    section += "".join(f"\n\n![{p.stem}]({p.name})\n\n*{p.name}*: {text}" for p, text in captioned)
+    if not captioned:
+        section += "\n\nNo aggregate figures: there are no aggregates to draw."
+    return section, summed, [path for path, _ in captioned]

@@ -249,6 +249,24 @@ def spectrum_table(summaries: list[RunSummary]) -> str:
     return "\n".join(lines)
 
 
+def spectrum_section(summaries: list[RunSummary]) -> str:
+    """The report's attention spectrum section: its rank_90 table and the sentences it allows."""
+    sentences = "\n".join(f"- {s}" for s in spectrum_sentences(summaries))
+    return (
+        "## Attention spectrum\n\nNormalised cumulative singular values of each block's "
+        "attention output on fixed windows of the task's dataset (the same windows for every "
+        "run of a task; see primal_dt/evaluation/spectrum.py), from each run's last "
+        "checkpoint: rank_90, the fewer singular values hold 90% of the sum, the lower the "
+        "rank. A block is said to have the lower rank_90 only where the difference of the "
+        "means exceeds the sum of the stds over seeds. The sentences compare every other "
+        "attention with softmax: first the same block of two configs of a task (where one "
+        "has softmax there), then a block of another kind with the softmax blocks of its own "
+        "model.\n\n"
+        f"{spectrum_table(summaries)}\n\n"
+        f"{sentences or 'No study here has a softmax block beside a block of another kind.'}"
+    )
+
+
 def spectrum_sentences(summaries: list[RunSummary]) -> list[str]:
     """The sentences the rank_90 table allows (compare_ranks), for every attention kind a study
     holds against softmax: first the matched ones, a block of another kind against the same

@@ -10,6 +10,10 @@ and CORL's published DT beside them (another budget and other data: not a compar
 the mean over the datasets of the paired differences (paired.paired_over_tasks), and the seeds per
 dataset that the paper's gap over D4RL (Primal.+DT against DT in its average row) would need.
 
+Where the matched study has been made at the papers' budget (scripts/gpu_study.sh, results-budget-*),
+its table leads the page's first screen and the README's summary: the README says the CPU budget's
+result in one sentence under it, the page shows both tables (first_screen, readme_summary).
+
 The figure draws the table's differences: each with its 95% interval and its Bonferroni interval
 (simultaneous over the table's datasets at 95%: Holm's test is never stricter than Bonferroni's, so
 where that interval excludes 0, the Holm-adjusted p is under 5% too, not conversely), the mean over the datasets,
@@ -177,3 +181,55 @@ def at_a_glance(seen: Glance | None, link: str) -> str:
         return table
     head, _, sentences = table.rpartition("\n\n")
     return f"{head}\n\n![Primal.+DT − DT per dataset]({link})\n\n{sentences}"
+
+
+# The two budgets the matched comparison is made at, as the first screen names them.
+PAPERS_BUDGET, CPU_BUDGET = "At the papers' budget", "At a CPU budget"
+
+
+def steps_a_run(seen: Glance) -> str:
+    """The training steps of the table's DT runs, as a phrase ("9,000 steps a run")."""
+    steps = sorted({s for (_, config), row in seen.rows.items() if config == DT for s in row.steps})
+    shown = f"{steps[0]:,}" if len(steps) == 1 else f"{steps[0]:,} to {steps[-1]:,}"
+    return f"{shown} steps a run"
+
+
+def _titled(title: str, seen: Glance | None, link: str) -> str:
+    if seen is None:
+        return at_a_glance(seen, link)
+    return f"**{title}** ({steps_a_run(seen)}):\n\n{at_a_glance(seen, link)}"
+
+
+def first_screen(cpu: Glance | None, budget: Glance | None, links: tuple[str, str]) -> str:
+    """The results page's first screen: the papers' budget's table and figure first, where it has
+    any, then the CPU budget's; links are the two figures' (CPU's, the papers' budget's)."""
+    if budget is None:
+        return _titled(CPU_BUDGET, cpu, links[0])
+    return f"{_titled(PAPERS_BUDGET, budget, links[1])}\n\n{_titled(CPU_BUDGET, cpu, links[0])}"
+
+
+def in_one_sentence(seen: Glance | None) -> str:
+    """The CPU budget's result under the papers' budget's table in the README: the mean over the
+    datasets of Primal.+DT − DT (the one dataset's where there is one), and what it could detect."""
+    if seen is None or not seen.pairs:
+        return f"{CPU_BUDGET}: no study has kept its runs yet."
+    if seen.over is not None:
+        over, (low, high) = seen.over, seen.over.interval
+        said = f"over the {len(over.tasks)} datasets is {over.point:+.1f} [{low:+.1f}, {high:+.1f}]"
+        detect: float | None = over.detectable
+    else:
+        only = seen.pairs[0]
+        said, detect = f"on {only.task} is {_difference(only, None)}", only.detectable
+    could = "" if detect is None else f" (it could detect {detect:.1f})"
+    return (
+        f"{CPU_BUDGET} ({steps_a_run(seen)}), Primal.+DT − DT {said}{could}; its "
+        "table is on the results page."
+    )
+
+
+def readme_summary(cpu: Glance | None, budget: Glance | None, links: tuple[str, str]) -> str:
+    """The README's summary: the papers' budget's table and figure where it has any, the CPU
+    budget's in one sentence under them; otherwise the CPU budget's table and figure."""
+    if budget is None:
+        return _titled(CPU_BUDGET, cpu, links[0])
+    return f"{_titled(PAPERS_BUDGET, budget, links[1])}\n\n{in_one_sentence(cpu)}"

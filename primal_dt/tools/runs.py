@@ -94,6 +94,26 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
         batch_size=started.config.train.batch_size,
     )
     records = read_results(run_dir)
+    finals = _read_scores(summary, records)
+    aux = aux_loss_name(summary.block_kinds)  # None: its kinds have no auxiliary loss
+    points = read_points(run_dir.training_log)
+    if not points:
+        name = run_dir.training_log.name
+        summary.notes.append(f"no {name} (a run made before it): no loss curve, no training time")
+    summary.aux_loss = curve(points, aux) if aux else []
+    summary.aux_loss_name = aux
+    summary.sessions = training_sessions(points, records)
+    summary.curve = read_curve(run_dir)
+    if run_dir.checkpoint.exists():
+        _read_checkpoint(summary, run_dir, finals, spectra)
+    else:
+        _read_facts(summary, run_dir, finals)
+    return summary
+
+
+def _read_scores(summary: RunSummary, records: list[EvalResult]) -> list[EvalResult]:
+    """The run's scores from its evaluations (eval.jsonl): each one's, the final and the best,
+    the first target, the task's references; returns the final evaluations."""
     good = [r for r in records if r.error is None]
     for record in records:
         if record.error is not None:
@@ -114,33 +134,33 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
             summary.notes.append("its evaluations were at different first targets")
     if good:
         _describe_task(summary, good[-1].reference, good[-1].dataset_ids)
-    aux = aux_loss_name(summary.block_kinds)  # None: its kinds have no auxiliary loss
-    points = read_points(run_dir.training_log)
-    if not points:
-        name = run_dir.training_log.name
-        summary.notes.append(f"no {name} (a run made before it): no loss curve, no training time")
-    summary.aux_loss = curve(points, aux) if aux else []
-    summary.aux_loss_name = aux
-    summary.sessions = training_sessions(points, records)
-    summary.curve = read_curve(run_dir)
-    if not run_dir.checkpoint.exists():
-        facts = read_facts(run_dir)  # a report's copy of the run (report.export_runs)
-        if facts is None:
-            summary.notes.append("no checkpoint")
-            return summary
-        summary.step, summary.steps, summary.parameters = facts.step, facts.steps, facts.parameters
-        summary.spectra = None if facts.spectra is None else [np.array(s) for s in facts.spectra]
-        if facts.behaviour is not None:
-            summary.behaviour = Behaviour(
-                facts.behaviour, facts.behaviour_normalized, facts.behaviour_episodes
-            )
-        _final_at_checkpoint(summary, finals)
-        return summary
+    return finals
+
+
+def _read_facts(summary: RunSummary, run_dir: RunDir, finals: list[EvalResult]) -> None:
+    """What a report's copy of the run (report.export_runs) keeps of its checkpoint: facts.json."""
+    facts = read_facts(run_dir)
+    if facts is None:
+        summary.notes.append("no checkpoint")
+        return
+    summary.step, summary.steps, summary.parameters = facts.step, facts.steps, facts.parameters
+    summary.spectra = None if facts.spectra is None else [np.array(s) for s in facts.spectra]
+    if facts.behaviour is not None:
+        summary.behaviour = Behaviour(
+            facts.behaviour, facts.behaviour_normalized, facts.behaviour_episodes
+        )
+    _final_at_checkpoint(summary, finals)
+
+
+def _read_checkpoint(
+    summary: RunSummary, run_dir: RunDir, finals: list[EvalResult], spectra: bool
+) -> None:
+    """The run's length, size, task and (with spectra) attention spectra from its checkpoint."""
     try:
         snapshot = read_snapshot(run_dir.checkpoint)
     except PrimalDTError as err:
         summary.notes.append(str(err))
-        return summary
+        return
     summary.step, summary.steps = snapshot.step, snapshot.config.train.steps
     summary.parameters = sum(p.numel() for p in snapshot.build_model().parameters())
     _final_at_checkpoint(summary, finals)
@@ -152,7 +172,6 @@ def read_run(path: Path, spectra: bool = True) -> RunSummary:
             summary.spectra = checkpoint_spectra(run_dir, snapshot)
         except (PrimalDTError, OSError, RuntimeError, KeyError) as err:
             summary.notes.append(f"no attention spectrum: {type(err).__name__}: {err}")
-    return summary
 
 
 def _final_at_checkpoint(summary: RunSummary, finals: list[EvalResult]) -> None:

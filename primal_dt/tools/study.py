@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
@@ -30,7 +30,13 @@ from primal_dt.tools.results_page import (
     section_text,
     study_line,
 )
-from primal_dt.tools.results_table import at_a_glance, glance, glance_figure
+from primal_dt.tools.results_table import (
+    Glance,
+    first_screen,
+    glance,
+    glance_figure,
+    readme_summary,
+)
 from primal_dt.tools.runs import collect
 from primal_dt.tools.study_configs import bc_config, init_config, matched_config
 from primal_dt.tools.study_datasets import (
@@ -45,8 +51,10 @@ FIGURES = REPOSITORY / "scripts" / "figures"
 # Each section's runs as small text (the report's runs/ copy), from which `primal-dt report
 # results-data/<section>` makes the section's report again without the checkpoints.
 RESULTS_DATA = REPOSITORY / "results-data"
-# The one figure of the page's first screen and the README's summary.
+# The figures of the page's first screen and the README's summary: the CPU budget's and, where the
+# matched study has been made at the papers' budget, that one's.
 GLANCE_FIGURE = FIGURES / "results_at_a_glance.png"
+BUDGET_GLANCE_FIGURE = FIGURES / "results_budget_at_a_glance.png"
 # The results page's section for the matched study on the datasets of one quality; a task made apart
 # is in <that>-<env>. The studies of their own (results-attentions, results-init, and replications
 # with new seeds, results-replication*) are not the matched comparison, nor in its table.
@@ -228,23 +236,29 @@ def keep_data(reported: Path, section: str) -> Path:
     return kept
 
 
+def combined_parts(section: str, tasks: Sequence[str]) -> list[Path]:
+    """The kept data of the sections a combined section reads: <section>-<env> for each task."""
+    return [RESULTS_DATA / f"{section}-{task.partition('-')[0]}" for task in tasks]
+
+
 def combine(study: Study, run: Command, write: WriteSection | None = None) -> str:
-    """The quality's section (or study.section) from the runs of its tasks' sections made apart
-    (<section>-<env>-runs, one per task), reported together: what they say over the tasks (the
-    paired differences over tasks, at the final evaluation and over the last quarter, and the
-    aggregates), which no one task's section can say. Trains nothing: a study made a task at a
-    time, as the 2 cores allow, is read whole without training it again."""
+    """The quality's section (or study.section) from the runs its tasks' sections made apart keep
+    (results-data/<section>-<env>, one per task), reported together: what they say over the tasks
+    (the paired differences over tasks, at the final evaluation and over the last quarter, and
+    the aggregates), which no one task's section can say. Trains nothing: a study made a task at
+    a time, as the 2 cores allow, is read whole without training it again, and a clone makes the
+    section again from its data alone."""
     section = study.section or SECTIONS[study.quality]
-    parts = {task: study.out / f"{section}-{task.partition('-')[0]}-runs" for task in study.tasks}
-    missing = [f"{task} in {runs}" for task, runs in parts.items() if not runs.is_dir()]
+    parts = combined_parts(section, study.tasks)
+    missing = [str(part) for part in parts if not part.is_dir()]
     if missing:
         raise SystemExit(
-            f"results.py --combine: no runs of {'; '.join(missing)}; make each task's first: "
-            f"python scripts/results.py --tasks TASK --section {section}-ENV (with the same "
-            f"dataset flag and --out)"
+            f"results.py --combine: no kept runs in {', '.join(missing)}; make each task's "
+            f"first: python scripts/results.py --tasks TASK --section {section}-ENV --write-docs "
+            f"(with the same dataset flag), which keeps its runs there"
         )
     reported = study.out / f"{section}-report"
-    run("report", *map(str, parts.values()), "--out", str(reported), env=study.env)
+    run("report", *map(str, parts), "--out", str(reported), env=study.env)
     data = read_report_data(reported / "report.json")
     text = over_tasks_text(data, _linker(reported, section, study.write_docs))
     text = f"{_combined_line(study, section, data)}\n\n{text}"
@@ -281,12 +295,30 @@ def matched_sections() -> list[Path]:
     return [p for p in kept_sections() if p.name in names]
 
 
+def budget_sections() -> list[Path]:
+    """The kept sections of the matched study at the papers' budget (results-budget-<env>)."""
+    names = {BUDGET_SECTION} | {f"{BUDGET_SECTION}-{env}" for env in RECORDED}
+    return [p for p in kept_sections() if p.name in names]
+
+
+def first_screens(cpu: Glance | None, budget: Glance | None) -> tuple[str, str]:
+    """The page's first screen and the README's summary: the matched sections' table and figure
+    at the CPU budget, led by those at the papers' budget where a study has been made there
+    (results_table.first_screen, readme_summary)."""
+    figures = (GLANCE_FIGURE, BUDGET_GLANCE_FIGURE)
+    page = first_screen(cpu, budget, (figure_link(figures[0]), figure_link(figures[1])))
+    readme = [str(figure.relative_to(REPOSITORY)) for figure in figures]
+    return page, readme_summary(cpu, budget, (readme[0], readme[1]))
+
+
 def write_page_wide(write: WriteSection) -> None:
-    """What every study refreshes: the table and figure of the matched sections' kept runs, on the
-    page's first screen and as the README's summary, and the paper's table, once on the page."""
-    seen = glance(matched_sections())
-    if seen is not None and seen.pairs:
-        glance_figure(seen, GLANCE_FIGURE)
-    write("results-table", at_a_glance(seen, figure_link(GLANCE_FIGURE)))
-    write("results-summary", at_a_glance(seen, str(GLANCE_FIGURE.relative_to(REPOSITORY))))
+    """What every study refreshes: the page's first screen and the README's summary
+    (first_screens), and the paper's table, once on the page."""
+    cpu, budget = glance(matched_sections()), glance(budget_sections())
+    for seen, figure in ((cpu, GLANCE_FIGURE), (budget, BUDGET_GLANCE_FIGURE)):
+        if seen is not None and seen.pairs:
+            glance_figure(seen, figure)
+    page, readme = first_screens(cpu, budget)
+    write("results-table", page)
+    write("results-summary", readme)
     write("paper-table", paper_section())

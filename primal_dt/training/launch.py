@@ -273,23 +273,7 @@ def resume_run(
     started = read_run_config(run) if run.config_file.is_file() else None  # config.json
     check_unedited(run, started, config)
     latest_steps = None if rollback is None else length_of(run)
-    if steps is not None:
-        if steps < snapshot.step:
-            raise ConfigError(
-                f"--steps {steps} is before {run}'s step {snapshot.step}; pass --steps N with "
-                f"N > {snapshot.step} to train further, or roll the run back to a kept checkpoint "
-                f"with --from STEP, one of {kept_steps(run)}"
-            )
-        config.train.steps = steps
-    if download is not None:
-        config.data.download = download
-    # Refused before anything is loaded or written: a run at its end with its final evaluation.
-    at_end = snapshot.step >= config.train.steps
-    if at_end and not final_missing(run, snapshot.step, config.eval.final_episodes):
-        raise ConfigError(
-            f"{run} has trained all its {config.train.steps} steps; "
-            f"pass --steps N with N > {snapshot.step} to train further"
-        )
+    continue_to(run, snapshot, config, steps, download)
     record = snapshot.task
     data = data or load_task_data(record.task(), config.data.download)
     if data.env_id != record.env_id:
@@ -307,27 +291,59 @@ def resume_run(
         trainer.notes.append(unsealed_note(rollback or run.checkpoint))
     trainer.hold()
     record_machine(run, started, trainer)
-    if rollback is not None:  # ckpt.pt first: a run stopped now resumes from the step rolled to
-        atomic_copy(rollback, run.checkpoint)
-        for later in run.saved_checkpoints():
-            if step_of(later) > trainer.step:
-                later.unlink()
-        trainer.notes.append(
-            f"rolled back to step {trainer.step}: what the run did after it is dropped; it trains "
-            f"to step {config.train.steps}, the length that checkpoint was saved with"
-            + (
-                f" (the run had since been extended to {latest_steps} steps: pass --steps "
-                f"{latest_steps} to train as far)"
-                if steps is None and latest_steps is not None and latest_steps > config.train.steps
-                else ""
-            )
-        )
+    if rollback is not None:
+        longer = steps is None and latest_steps is not None and latest_steps > config.train.steps
+        roll_back(run, rollback, trainer, latest_steps if longer else None)
     # The steps after the checkpoint are trained again, and evaluated again with them.
     drop_results_after(run, trainer.step)
     for queued in run.queued_snapshots():
         if step_of(queued) > trainer.step:
             queued.unlink()
     return trainer
+
+
+def continue_to(
+    run: RunDir, snapshot: Snapshot, config: Config, steps: int | None, download: bool | None
+) -> None:
+    """Set config to what resuming asks (`--steps`, `--download`), refusing, before anything is
+    loaded or written, a length before the checkpoint and a run with nothing left to do (at its
+    end, with its final evaluation)."""
+    if steps is not None:
+        if steps < snapshot.step:
+            raise ConfigError(
+                f"--steps {steps} is before {run}'s step {snapshot.step}; pass --steps N with "
+                f"N > {snapshot.step} to train further, or roll the run back to a kept checkpoint "
+                f"with --from STEP, one of {kept_steps(run)}"
+            )
+        config.train.steps = steps
+    if download is not None:
+        config.data.download = download
+    at_end = snapshot.step >= config.train.steps
+    if at_end and not final_missing(run, snapshot.step, config.eval.final_episodes):
+        raise ConfigError(
+            f"{run} has trained all its {config.train.steps} steps; "
+            f"pass --steps N with N > {snapshot.step} to train further"
+        )
+
+
+def roll_back(run: RunDir, rollback: Path, trainer: Trainer, extended_to: int | None) -> None:
+    """Make rollback (restored into trainer) the run's checkpoint and drop the later ones, with a
+    note (and the length the run had since been extended to, where it was): ckpt.pt first, so
+    that a run stopped meanwhile resumes from the step rolled to."""
+    atomic_copy(rollback, run.checkpoint)
+    for later in run.saved_checkpoints():
+        if step_of(later) > trainer.step:
+            later.unlink()
+    trainer.notes.append(
+        f"rolled back to step {trainer.step}: what the run did after it is dropped; it trains "
+        f"to step {trainer.config.train.steps}, the length that checkpoint was saved with"
+        + (
+            f" (the run had since been extended to {extended_to} steps: pass --steps "
+            f"{extended_to} to train as far)"
+            if extended_to is not None
+            else ""
+        )
+    )
 
 
 def with_seeds(config: Config, seeds: list[int]) -> list[Config]:
