@@ -396,12 +396,13 @@ def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(tmp_pa
 
 
 def test_combine_reports_the_tasks_sections_runs_together_and_keeps_what_is_over_tasks(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch
 ) -> None:
-    """combine trains and records nothing: it reports the runs of each task's section made apart
-    together, and keeps the report's sections over tasks (the final scores', the last quarter's,
-    the aggregates with their figure), not what each task's section already says. A task whose
-    section has no runs yet is one clear error."""
+    """combine trains and records nothing: it reports the runs that each task's section made
+    apart keeps (results-data/<section>-<env>) together, and keeps the report's sections over
+    tasks (the final scores', the last quarter's, the aggregates with their figure), not what each
+    task's section already says. A task whose section keeps no runs yet is one clear error."""
+    monkeypatch.setattr(study_module, "RESULTS_DATA", tmp_path / "results-data")
     out, commands = tmp_path / "out", []
     sections = [
         ReportSection("Comparisons per task", "- a − b on t1: once"),
@@ -422,10 +423,8 @@ def test_combine_reports_the_tasks_sections_runs_together_and_keeps_what_is_over
         return ""
 
     study = Study(out, recorded_tasks("medium-replay"), "medium-replay")
-    parts = [out / f"results-replay-{name}-runs" for name in RECORDED]
-    with pytest.raises(
-        SystemExit, match=re.escape(f"no runs of halfcheetah-medium-replay in {parts[0]}")
-    ):
+    parts = [tmp_path / "results-data" / f"results-replay-{name}" for name in RECORDED]
+    with pytest.raises(SystemExit, match=re.escape(f"no kept runs in {parts[0]}, {parts[1]}")):
         combine(study, command)
     for part in parts:
         part.mkdir(parents=True)
@@ -448,7 +447,8 @@ def test_combining_the_medium_tasks_writes_the_pages_first_paragraph(
 ) -> None:
     """The matched medium study made a task at a time: --combine --write-docs writes its
     section, the page's first paragraph from the combined report, and the page-wide parts."""
-    monkeypatch.setattr(study_module, "RESULTS_DATA", tmp_path / "results-data")  # none kept
+    monkeypatch.setattr(study_module, "RESULTS_DATA", tmp_path / "results-data")
+    monkeypatch.setattr(study_module, "matched_sections", list)  # their runs are not read here
     out, written = tmp_path / "out", {}
 
     def command(*args: str, env: dict[str, str]) -> str:
@@ -456,7 +456,7 @@ def test_combining_the_medium_tasks_writes_the_pages_first_paragraph(
         return ""
 
     for name in RECORDED:
-        (out / f"results-{name}-runs").mkdir(parents=True)
+        (tmp_path / "results-data" / f"results-{name}").mkdir(parents=True)
     study = Study(out, recorded_tasks("medium"), "medium")
     combine(study, command, lambda name, text: written.setdefault(name, text))
     assert list(written) == [
