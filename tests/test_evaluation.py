@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -182,6 +183,9 @@ def test_watch_evaluates_what_an_external_service_queues(minari_root, tmp_path, 
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # Ctrl-C as at a terminal, however the suite was started (a background job's shell
+        # ignores SIGINT, and a child inherits that: Python then never raises KeyboardInterrupt).
+        preexec_fn=partial(signal.signal, signal.SIGINT, signal.SIG_DFL),
     )
     lines: list[str] = []
     assert watcher.stdout is not None
