@@ -94,12 +94,16 @@ def _score(row: Row | None) -> str:
     return f"{np.mean(row.final):.1f}{spread}"
 
 
+def _signed(point: float, interval: tuple[float, float]) -> str:
+    """A difference with its interval, signed: "+1.2 [-3.4, +5.7]"."""
+    return f"{point:+.1f} [{interval[0]:+.1f}, {interval[1]:+.1f}]"
+
+
 def _difference(paired: Paired | None, adjusted: float | None) -> str:
     if paired is None or paired.interval is None:
         return "–"
-    low, high = paired.interval
     p = "" if adjusted is None else f", p = {adjusted:.2f}"
-    return f"{paired.mean:+.1f} [{low:+.1f}, {high:+.1f}]{p}"
+    return f"{_signed(paired.mean, paired.interval)}{p}"
 
 
 def results_table(seen: Glance | None) -> str:
@@ -130,10 +134,9 @@ def results_table(seen: Glance | None) -> str:
     ]
     over, gap = seen.over, paper_gap()
     if over is not None:
-        low, high = over.interval
         lines.append(
-            f"| mean over the {len(over.tasks)} | | | | {over.point:+.1f} [{low:+.1f}, "
-            f"{high:+.1f}], p = {over.p_value:.2f} | {over.detectable:.1f} | |"
+            f"| mean over the {len(over.tasks)} | | | | {_signed(over.point, over.interval)}, "
+            f"p = {over.p_value:.2f} | {over.detectable:.1f} | |"
         )
         needed = seeds_for(over.std, gap)
         said.append(
@@ -214,8 +217,8 @@ def in_one_sentence(seen: Glance | None) -> str:
     if seen is None or not seen.pairs:
         return f"{CPU_BUDGET}: no study has kept its runs yet."
     if seen.over is not None:
-        over, (low, high) = seen.over, seen.over.interval
-        said = f"over the {len(over.tasks)} datasets is {over.point:+.1f} [{low:+.1f}, {high:+.1f}]"
+        over = seen.over
+        said = f"over the {len(over.tasks)} datasets is {_signed(over.point, over.interval)}"
         detect: float | None = over.detectable
     else:
         only = seen.pairs[0]

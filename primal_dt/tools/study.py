@@ -273,7 +273,7 @@ def combine(study: Study, run: Command, write: WriteSection | None = None) -> st
 def _combined_line(study: Study, section: str, data: ReportData) -> str:
     assert data.study is not None, "a report of runs knows what they were"
     facts, tasks = data.study, study.tasks
-    names = ", ".join(f"{section}-{task.partition('-')[0]}" for task in tasks)
+    names = ", ".join(part.name for part in combined_parts(section, tasks))
     return (
         f"Made by `{COMMAND}{QUALITY_FLAG.get(study.quality, '')} --combine` ({section}) on "
         f"{date.today()}, from the runs of the sections made apart below ({names}), read together; "
@@ -289,26 +289,30 @@ def kept_sections() -> list[Path]:
     return sorted(p for p in RESULTS_DATA.iterdir() if p.is_dir()) if RESULTS_DATA.is_dir() else []
 
 
+def _kept_as(sections: Sequence[str]) -> list[Path]:
+    """The kept sections named one of sections, whole or a task made apart (<that>-<env>)."""
+    names = {*sections} | {f"{s}-{env}" for s in sections for env in RECORDED}
+    return [p for p in kept_sections() if p.name in names]
+
+
 def matched_sections() -> list[Path]:
     """The kept sections of the matched comparison (section a quality's or <that>-<env>)."""
-    names = {*SECTIONS.values()} | {f"{s}-{env}" for s in SECTIONS.values() for env in RECORDED}
-    return [p for p in kept_sections() if p.name in names]
+    return _kept_as(list(SECTIONS.values()))
 
 
 def budget_sections() -> list[Path]:
     """The kept sections of the matched study at the papers' budget (results-budget-<env>)."""
-    names = {BUDGET_SECTION} | {f"{BUDGET_SECTION}-{env}" for env in RECORDED}
-    return [p for p in kept_sections() if p.name in names]
+    return _kept_as([BUDGET_SECTION])
 
 
 def first_screens(cpu: Glance | None, budget: Glance | None) -> tuple[str, str]:
     """The page's first screen and the README's summary: the matched sections' table and figure
     at the CPU budget, led by those at the papers' budget where a study has been made there
     (results_table.first_screen, readme_summary)."""
-    figures = (GLANCE_FIGURE, BUDGET_GLANCE_FIGURE)
-    page = first_screen(cpu, budget, (figure_link(figures[0]), figure_link(figures[1])))
-    readme = [str(figure.relative_to(REPOSITORY)) for figure in figures]
-    return page, readme_summary(cpu, budget, (readme[0], readme[1]))
+    cpu_figure, budget_figure = GLANCE_FIGURE, BUDGET_GLANCE_FIGURE
+    page = first_screen(cpu, budget, (figure_link(cpu_figure), figure_link(budget_figure)))
+    in_clone = (str(cpu_figure.relative_to(REPOSITORY)), str(budget_figure.relative_to(REPOSITORY)))
+    return page, readme_summary(cpu, budget, in_clone)
 
 
 def write_page_wide(write: WriteSection) -> None:
