@@ -197,7 +197,6 @@ def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import PackageNotFoundError, version
 
     from primal_dt import __version__
-    from primal_dt.common.config import Config
 
     parser = argparse.ArgumentParser(
         prog="primal-dt",
@@ -209,6 +208,15 @@ def build_parser() -> argparse.ArgumentParser:
         installed = __version__
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed}")
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_train_parser(commands)
+    _add_eval_parser(commands)
+    _add_datasets_parser(commands)
+    _add_sweep_parsers(commands)
+    return parser
+
+
+def _add_train_parser(commands: argparse._SubParsersAction) -> None:
+    from primal_dt.common.config import Config
 
     defaults = Config()
     train = commands.add_parser(
@@ -275,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(func=handlers.train)
 
+
+def _add_eval_parser(commands: argparse._SubParsersAction) -> None:
     evaluate = commands.add_parser(
         "eval", help="roll checkpoints out and score them, or serve a run's evaluations"
     )
@@ -323,9 +333,6 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     evaluate.add_argument("--json", action="store_true", help="print the records as JSON")
     evaluate.set_defaults(func=handlers.evaluate)
-    _add_datasets_parser(commands)
-    _add_sweep_parsers(commands)
-    return parser
 
 
 # Options whose value is a comma-separated list of numbers: "--seeds -1,2" would otherwise read

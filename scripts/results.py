@@ -49,7 +49,7 @@ from primal_dt.tools.study import (
 from primal_dt.tools.study_datasets import recorded_tasks
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, help="training steps per run (the config's)")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds (0,1,2,3,4)")
@@ -127,6 +127,11 @@ def main() -> None:
         help="write the section of runs trained elsewhere from their data alone (results-data/"
         "<section>, as scripts/gpu_study.sh --take unpacks it), and train nothing",
     )
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
     if args.budget and (args.paper or args.compare_init):
         parser.error("--budget is the matched comparison's: not with --paper or --compare-init")

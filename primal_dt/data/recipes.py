@@ -82,22 +82,7 @@ def _check(options: MakeOptions) -> tuple[EnvInfo, str, Reference | None]:
         raise TaskError(
             f"unknown env {options.env!r}{did_you_mean(options.env, envs)}: one of {', '.join(envs)}"
         )
-    if options.recipe not in RECIPES:
-        raise DatasetError(
-            f"unknown recipe {options.recipe!r}{did_you_mean(options.recipe, RECIPES)}: one of "
-            f"{', '.join(RECIPES)}"
-        )
-    if options.recipe == "policy" and not options.policy:
-        raise DatasetError("--recipe policy needs --policy FILE (a Stable-Baselines3 .zip)")
-    if options.recipe != "policy" and options.policy:
-        raise DatasetError(f"--policy is for --recipe policy, not {options.recipe}")
-    recorded = options.recipe in ("policy", "random")
-    if not recorded and (options.episodes or options.steps):
-        raise DatasetError(
-            f"--episodes/--steps are for the policy and random recipes, not {options.recipe}"
-        )
-    if options.episodes is not None and options.steps is not None:
-        raise DatasetError("give --episodes N or --steps N, not both")
+    _check_recipe(options)
     name = options.name or DEFAULT_QUALITY.get(options.recipe)
     if name is None:
         raise DatasetError(
@@ -116,6 +101,38 @@ def _check(options: MakeOptions) -> tuple[EnvInfo, str, Reference | None]:
     given = None  # read and checked now, not after an hour of recording; then used as read
     if options.reference:
         given = reference_for(Path(options.reference), env.gym_id, options.expert_policy or "")
+    _check_counts(options)
+    dataset_id = local_id(env.name, name)
+    root = Path(options.root or minari_root())
+    if (root / dataset_id).exists() and not options.force:
+        raise DatasetError(
+            f"dataset {dataset_id} already exists in {root}; pass --force to replace it"
+        )
+    return env, dataset_id, given
+
+
+def _check_recipe(options: MakeOptions) -> None:
+    """The recipe is known and given the options it takes, and only those."""
+    if options.recipe not in RECIPES:
+        raise DatasetError(
+            f"unknown recipe {options.recipe!r}{did_you_mean(options.recipe, RECIPES)}: one of "
+            f"{', '.join(RECIPES)}"
+        )
+    if options.recipe == "policy" and not options.policy:
+        raise DatasetError("--recipe policy needs --policy FILE (a Stable-Baselines3 .zip)")
+    if options.recipe != "policy" and options.policy:
+        raise DatasetError(f"--policy is for --recipe policy, not {options.recipe}")
+    recorded = options.recipe in ("policy", "random")
+    if not recorded and (options.episodes or options.steps):
+        raise DatasetError(
+            f"--episodes/--steps are for the policy and random recipes, not {options.recipe}"
+        )
+    if options.episodes is not None and options.steps is not None:
+        raise DatasetError("give --episodes N or --steps N, not both")
+
+
+def _check_counts(options: MakeOptions) -> None:
+    """Every count given is positive."""
     for label, value in (
         ("--episodes", options.episodes),
         ("--steps", options.steps),
@@ -126,13 +143,6 @@ def _check(options: MakeOptions) -> tuple[EnvInfo, str, Reference | None]:
     ):
         if value is not None and value <= 0:
             raise DatasetError(f"{label} must be > 0, got {value}")
-    dataset_id = local_id(env.name, name)
-    root = Path(options.root or minari_root())
-    if (root / dataset_id).exists() and not options.force:
-        raise DatasetError(
-            f"dataset {dataset_id} already exists in {root}; pass --force to replace it"
-        )
-    return env, dataset_id, given
 
 
 def _reference(

@@ -201,25 +201,7 @@ def aggregates_section(
     computed, a sentence each."""
     exclude = {s.task for s in same}
     found, notes = aggregates(rows, exclude)
-    lines = [
-        "## Aggregates over tasks",
-        "",
-        "Normalised final scores only (tasks without reference scores are left out). Per config "
-        "over its tasks: the interquartile mean (IQM, the mean of the middle 50% of all its "
-        f"runs' scores), the mean and the optimality gap ({GAMMA:g} minus the mean of the scores "
-        f"clipped at {GAMMA:g}: lower is better), each with its {CONFIDENCE:.0%} stratified "
-        f"bootstrap confidence interval [low, high] (rliable; {BOOTSTRAP_REPS} resamples, numpy's "
-        f"generator seeded with {BOOTSTRAP_SEED}). Shown only where every task has at least "
-        f"{MIN_SEEDS_FOR_AGGREGATES} seeds of the config and there are at least 2 tasks. The "
-        "intervals cover the variation over seeds on these datasets (the same tasks trained "
-        "again with other seeds), not other datasets, tasks or environments; **coverage** says "
-        "how often such an interval covered the truth in a simulation at the same shape ("
-        f"{SIMULATION_REPS} simulated experiments of {SIMULATION_BOOTSTRAPS} resamples each, "
-        f"normal scores with task means from {SIMULATED_MEANS[0]:g} to {SIMULATED_MEANS[1]:g} "
-        f"and spreads from {SIMULATED_SPREADS[0]:g} to {SIMULATED_SPREADS[1]:g} drawn anew in "
-        "each).",
-        "",
-    ]
+    lines = ["## Aggregates over tasks", "", _AGGREGATES_INTRO, ""]
     lines += [
         f"{s.task} is left out of the aggregates and the average rows: its data is "
         f"{s.same_as}'s ({s.how}), counted once, as {s.same_as}."
@@ -227,14 +209,7 @@ def aggregates_section(
     ]
     lines += [""] * bool(same)
     if found:
-        header = ["config", "tasks", "runs", *METRICS, "coverage of the intervals"]
-        lines += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-        for agg in found:
-            cells = [agg.config, ", ".join(agg.tasks), agg.runs]
-            cells += [_interval(agg.points[i], agg.interval(i)) for i in range(len(METRICS))]
-            cells.append(_coverage(agg.shape))
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += [*_aggregates_table(found), ""]
     configs = unique([row.config for row in rows if row.task != "average"])
     missing = {c: has for c in configs if (has := shortfall(rows, c, exclude)) is not None}
     others = [c for c in configs if c != baseline]
@@ -255,6 +230,36 @@ def aggregates_section(
     if notes:
         lines += ["", *[f"- {note}." for note in unique(notes)]]
     return "\n".join(lines), found
+
+
+_AGGREGATES_INTRO = (
+    "Normalised final scores only (tasks without reference scores are left out). Per config "
+    "over its tasks: the interquartile mean (IQM, the mean of the middle 50% of all its "
+    f"runs' scores), the mean and the optimality gap ({GAMMA:g} minus the mean of the scores "
+    f"clipped at {GAMMA:g}: lower is better), each with its {CONFIDENCE:.0%} stratified "
+    f"bootstrap confidence interval [low, high] (rliable; {BOOTSTRAP_REPS} resamples, numpy's "
+    f"generator seeded with {BOOTSTRAP_SEED}). Shown only where every task has at least "
+    f"{MIN_SEEDS_FOR_AGGREGATES} seeds of the config and there are at least 2 tasks. The "
+    "intervals cover the variation over seeds on these datasets (the same tasks trained "
+    "again with other seeds), not other datasets, tasks or environments; **coverage** says "
+    "how often such an interval covered the truth in a simulation at the same shape ("
+    f"{SIMULATION_REPS} simulated experiments of {SIMULATION_BOOTSTRAPS} resamples each, "
+    f"normal scores with task means from {SIMULATED_MEANS[0]:g} to {SIMULATED_MEANS[1]:g} "
+    f"and spreads from {SIMULATED_SPREADS[0]:g} to {SIMULATED_SPREADS[1]:g} drawn anew in "
+    "each)."
+)
+
+
+def _aggregates_table(found: list[Aggregate]) -> list[str]:
+    """Per config: its tasks, runs, each metric with its interval, and their coverage."""
+    header = ["config", "tasks", "runs", *METRICS, "coverage of the intervals"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for agg in found:
+        cells = [agg.config, ", ".join(agg.tasks), agg.runs]
+        cells += [_interval(agg.points[i], agg.interval(i)) for i in range(len(METRICS))]
+        cells.append(_coverage(agg.shape))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _improvement_text(better: Improvement) -> str:

@@ -183,36 +183,33 @@ def write_csv(rows: list[Row], path: Path, behaviour: dict[str, Behaviour] | Non
                 "dataset_ids",
             ]
         )
-        for row in rows:
-            average = row.task == "average"
-            ci = None if average else t_interval(row.final)
-            std = None if average else sample_std(row.final)
-            found = _behaviour_of(row, behaviour)
-            writer.writerow(
-                [
-                    row.task,
-                    row.config,
-                    " ".join(map(str, row.seeds)),
-                    len(row.final),
-                    " ".join("nan" if s is None else f"{s:.4f}" for s in row.per_seed),
-                    f"{np.mean(row.final):.4f}" if row.final else "",
-                    "" if std is None else f"{std:.4f}",
-                    *(["", ""] if ci is None else [f"{ci[0]:.4f}", f"{ci[1]:.4f}"]),
-                    *(
-                        [len(row.best), f"{np.mean(row.best):.4f}" if row.best else ""]
-                        if best
-                        else []
-                    ),
-                    "" if found.value is None else f"{found.value:.4f}",
-                    " ".join(f"{t:g}" for t in row.targets),
-                    row.normalized,
-                    " ".join(map(str, row.steps)),
-                    " ".join(map(str, row.parameters)),
-                    "; ".join(row.references),
-                    "; ".join(row.datasets),
-                ]
-            )
+        writer.writerows(_csv_cells(row, best, _behaviour_of(row, behaviour)) for row in rows)
     return path
+
+
+def _csv_cells(row: Row, best: bool, found: Behaviour) -> list[object]:
+    """One row of write_csv's table, in its header's order."""
+    average = row.task == "average"
+    ci = None if average else t_interval(row.final)
+    std = None if average else sample_std(row.final)
+    return [
+        row.task,
+        row.config,
+        " ".join(map(str, row.seeds)),
+        len(row.final),
+        " ".join("nan" if s is None else f"{s:.4f}" for s in row.per_seed),
+        f"{np.mean(row.final):.4f}" if row.final else "",
+        "" if std is None else f"{std:.4f}",
+        *(["", ""] if ci is None else [f"{ci[0]:.4f}", f"{ci[1]:.4f}"]),
+        *([len(row.best), f"{np.mean(row.best):.4f}" if row.best else ""] if best else []),
+        "" if found.value is None else f"{found.value:.4f}",
+        " ".join(f"{t:g}" for t in row.targets),
+        row.normalized,
+        " ".join(map(str, row.steps)),
+        " ".join(map(str, row.parameters)),
+        "; ".join(row.references),
+        "; ".join(row.datasets),
+    ]
 
 
 # ---- attention spectrum -----------------------------------------------------------------------
