@@ -14,6 +14,9 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
         # one task apart, into a section of its own (results-expert-<env>), as time allows
     python scripts/results.py --medium-expert --combine --write-docs
         # the runs of those sections read together: what they say over the tasks; trains nothing
+    python scripts/results.py --attentions all --no-bc --tasks halfcheetah-medium --seeds 0,1 --part --write-docs
+        # a study too long for one sitting, a few seeds at a time: --seeds 2,3 and --seeds 4
+        # later join the runs its section keeps, and the section is written from them all
     python scripts/results.py --refresh
         # the table at a glance, its figure and the README's summary again from results-data/
     python scripts/results.py --attentions all --no-bc --tasks halfcheetah-medium
@@ -105,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument(
+        "--part",
+        action="store_true",
+        help="with --write-docs: these seeds' runs join the runs the section keeps (results-data/"
+        "<section>), and the section is written from them all: a study too long for one sitting, "
+        "made a few seeds at a time with the same other flags",
+    )
+    parser.add_argument(
         "--record-only",
         action="store_true",
         help="record the datasets the study needs, and train nothing",
@@ -135,6 +145,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.budget and (args.paper or args.compare_init):
         parser.error("--budget is the matched comparison's: not with --paper or --compare-init")
+    if args.part and (not args.write_docs or args.combine or args.from_data or args.refresh):
+        parser.error(
+            "--part trains seeds that join a section's kept runs: give --write-docs, and "
+            "not --combine, --from-data or --refresh"
+        )
     if args.refresh:
         write_page_wide(write_section)
         return
@@ -158,6 +173,7 @@ def main() -> None:
         compare_init=args.compare_init,
         section=args.section,
         write_docs=args.write_docs,
+        part=args.part,
     )
     write = write_section if args.write_docs else None
     if args.from_data:

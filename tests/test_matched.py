@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -393,6 +394,58 @@ def test_a_study_without_write_docs_writes_nothing_outside_its_out_folder(tmp_pa
         in text
     )
     assert text.endswith(f"1 runs\n\n![c]({out / 'results-report' / 'c.png'})")
+
+
+def test_a_part_adds_its_seeds_to_the_sections_kept_runs_and_refuses_other_configs(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """--part: a study made a few seeds at a time. Each part's runs join the runs the section
+    keeps (a run made again replaces its earlier copy whole), the section is written from them all,
+    and a part of other configs is refused before it trains, the kept runs left as they were."""
+    monkeypatch.setattr(study_module, "RESULTS_DATA", tmp_path / "results-data")
+    monkeypatch.setattr(study_module, "write_page_wide", lambda write: None)
+    out, commands = tmp_path / "out", []
+
+    def command(*args: str, env: dict[str, str]) -> str:
+        commands.append(args)
+        if args[0] == "sweep":  # each run of the grid, as a file that names its part
+            configs = [Path(c).stem for c in args[args.index("--configs") + 1].split(",")]
+            for seed in args[args.index("--seeds") + 1].split(","):
+                for config in configs:
+                    made = Path(args[args.index("--runs-dir") + 1]) / "t" / f"{config}-s{seed}"
+                    made.mkdir(parents=True)
+                    (made / f"part{len(commands)}").write_text("")
+        if args[0] == "report":  # its copy of the runs, and what they were
+            runs = sorted(Path(args[1]).glob("*/*"))
+            for run in runs:
+                shutil.copytree(run, Path(args[args.index("--out") + 1]) / "runs" / "t" / run.name)
+            seeds = sorted({int(run.name.rpartition("-s")[2]) for run in runs})
+            data = ReportData([args[1]], len(runs), None, dataclasses.replace(FACTS, seeds=seeds))
+            write_report_data(data, Path(args[args.index("--out") + 1]) / "report.json")
+        return ""
+
+    written: dict[str, str] = {}
+
+    def part(seeds: str, attentions: str = "softmax,primal") -> str:
+        study = Study(out, ["t"], seeds=seeds, attentions=attentions, section="s", part=True)
+        shutil.rmtree(out, ignore_errors=True)
+        return run_study(study, command, written.__setitem__)
+
+    part("0,1")
+    assert "x 2 seeds." in written["s"]
+    part("1,2")
+    kept = study_module.RESULTS_DATA / "s" / "t"
+    names = sorted(p.name for p in kept.iterdir())
+    assert names == [
+        f"{c}-s{s}" for c in ("matched-bc", "matched-primal", "matched-softmax") for s in (0, 1, 2)
+    ]
+    assert [f.name for f in (kept / "matched-primal-s1").iterdir()] == ["part4"]  # the second's
+    assert [f.name for f in (kept / "matched-primal-s0").iterdir()] == ["part1"]
+    assert "x 3 seeds." in written["s"] and commands[-1][1].endswith("s-joined")
+    commands.clear()
+    with pytest.raises(SystemExit, match="keeps runs of matched-bc on t, .* and this part would"):
+        part("3", attentions="softmax,linear")
+    assert commands == [] and sorted(p.name for p in kept.iterdir()) == names
 
 
 def test_combine_reports_the_tasks_sections_runs_together_and_keeps_what_is_over_tasks(

@@ -93,14 +93,11 @@ class Study:
     compare_init: bool = False  # matched-primal with each initialisation
     section: str | None = None  # the docs section (None: the study's own)
     write_docs: bool = False
+    part: bool = False  # these seeds' runs join the section's kept runs (join_part)
 
     @property
     def env(self) -> dict[str, str]:
         return {**os.environ, "MINARI_DATASETS_PATH": str(self.out / "minari")}
-
-    @property
-    def seed_count(self) -> int:
-        return len(self.seeds.split(","))
 
 
 def record(study: Study, run: Command) -> None:
@@ -169,6 +166,8 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
     (for the matched medium study), the paper's table and the README's summary."""
     configs, section, compared = comparison(study)
     section = study.section or section
+    if study.part:
+        check_part(study.tasks, configs, section)
     settings = [f"eval.final_episodes={study.episodes}"] if study.episodes is not None else []
     steps = ["--steps", str(study.steps)] if study.steps else []
     # Each section's runs and report apart: the report covers every run below its folder.
@@ -181,10 +180,12 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
         env=study.env,
     )
     run("report", str(runs), "--out", str(reported), env=study.env)
+    if study.part and write is not None:
+        reported = join_part(study, run, reported, section)
     data = read_report_data(reported / "report.json")
     assert data.study is not None, "a report of runs knows what they were"
     link = _linker(reported, section, study.write_docs)
-    head = study_line(COMMAND, section, data.study, compared, study.seed_count)
+    head = study_line(COMMAND, section, data.study, compared, len(data.study.seeds))
     text = f"{head}\n\n{section_text(data, link)}"
     if write is not None:
         keep_data(reported, section)
@@ -193,6 +194,47 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
             write("results-first", first_paragraph(data, corl_scores()))
         write_page_wide(write)
     return text
+
+
+def check_part(tasks: Sequence[str], configs: str, section: str) -> None:
+    """A part (--part) trains more seeds of the study whose runs the section keeps: the same tasks
+    and configs, or it is refused before anything trains."""
+    kept = RESULTS_DATA / section
+    if not kept.is_dir():
+        return
+    has = {(run.parent.name, run.name.rpartition("-s")[0]) for run in kept.glob("*/*")}
+    wants = {(task, Path(config).stem) for task in tasks for config in configs.split(",")}
+    if has != wants:
+        raise SystemExit(
+            f"results.py --part: {kept} keeps runs of {_pairs(has)}, and this part would train "
+            f"{_pairs(wants)}; a part adds seeds to the same tasks and configs (give the flags "
+            f"its first part was made with), or give another --section"
+        )
+
+
+def _pairs(pairs: set[tuple[str, str]]) -> str:
+    return ", ".join(f"{config} on {task}" for task, config in sorted(pairs))
+
+
+def join_part(study: Study, run: Command, reported: Path, section: str) -> Path:
+    """A study too long for one sitting, made a few seeds at a time (--part): this part's runs (the
+    report's copy, reported/runs) join the runs the section keeps, replacing a run of the same
+    task, config and seed, and are reported together; returns that report's folder, whose runs
+    keep_data then keeps. Only the study's folder is written until then, so a part that fails
+    leaves the kept runs as they were. Each run's minutes are its own sessions', so the parts'
+    idle time between sittings is not counted (report_data.StudyFacts.minutes)."""
+    joined = study.out / f"{section}-joined"
+    shutil.rmtree(joined, ignore_errors=True)
+    kept = RESULTS_DATA / section
+    if kept.is_dir():
+        shutil.copytree(kept, joined)
+    for made in sorted((reported / "runs").glob("*/*")):
+        target = joined / made.parent.name / made.name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(made, target)
+    together = study.out / f"{section}-joined-report"
+    run("report", str(joined), "--out", str(together), env=study.env)
+    return together
 
 
 def from_data(study: Study, kept: Path, run: Command, write: WriteSection | None = None) -> str:
