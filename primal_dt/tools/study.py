@@ -18,6 +18,7 @@ from pathlib import Path
 
 from primal_dt.method.attention import PRIMAL_INITS
 from primal_dt.method.registry import ATTENTIONS
+from primal_dt.store.rundir import config_name_of
 from primal_dt.tools.corl import corl_scores
 from primal_dt.tools.report_data import ReportData, read_report_data
 from primal_dt.tools.results_page import (
@@ -202,7 +203,7 @@ def check_part(tasks: Sequence[str], configs: str, section: str) -> None:
     kept = RESULTS_DATA / section
     if not kept.is_dir():
         return
-    has = {(run.parent.name, run.name.rpartition("-s")[0]) for run in kept.glob("*/*")}
+    has = {(run.parent.name, config_name_of(run.name)) for run in kept.glob("*/*")}
     wants = {(task, Path(config).stem) for task in tasks for config in configs.split(",")}
     if has != wants:
         raise SystemExit(
