@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,23 @@ def test_readme_links_point_to_files_of_the_repository() -> None:
     assert "docs/method.md" in targets  # the check reads links at all
     missing = [target for target in targets if not (ROOT / target).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_every_extra_is_named_in_the_readme_and_described_on_the_install_page() -> None:
+    """pyproject.toml's extras are the ones the README names and the install page's table holds,
+    so an extra added or renamed without its documentation fails here."""
+    extras = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    readme = (ROOT / "README.md").read_text()
+    install = (ROOT / "docs" / "install.md").read_text()
+    table = set(re.findall(r"^\| `([\w-]+)` \|", install, re.MULTILINE))
+    assert "download" in extras
+    assert table == extras, (
+        f"docs/install.md's extras table: {sorted(table)}, pyproject: {sorted(extras)}"
+    )
+    unnamed = sorted(extra for extra in extras if f"`{extra}`" not in readme)
+    assert not unnamed, f"README.md does not name the extras {unnamed}"
 
 
 PYTHON = blocks("python")
