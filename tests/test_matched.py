@@ -433,6 +433,8 @@ def test_a_part_adds_its_seeds_to_the_sections_kept_runs_and_refuses_other_confi
 
     part("0,1")
     assert "x 2 seeds." in written["s"]
+    reports = [c for c in commands if c[0] == "report"]  # the part's data alone, then all reported
+    assert ["--data-only" in c for c in reports] == [True, False]
     part("1,2")
     kept = study_module.RESULTS_DATA / "s" / "t"
     names = sorted(p.name for p in kept.iterdir())

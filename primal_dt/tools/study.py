@@ -180,8 +180,11 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
         *[a for s in settings for a in ("--set", s)],
         env=study.env,
     )
-    run("report", str(runs), "--out", str(reported), env=study.env)
-    if study.part and write is not None:
+    joining = study.part and write is not None
+    # A part's own runs need only their data's copy: the report is of the joined runs (join_part).
+    only = ["--data-only"] if joining else []
+    run("report", str(runs), "--out", str(reported), *only, env=study.env)
+    if joining:
         reported = join_part(study, run, reported, section)
     data = read_report_data(reported / "report.json")
     assert data.study is not None, "a report of runs knows what they were"
@@ -219,11 +222,11 @@ def _pairs(pairs: set[tuple[str, str]]) -> str:
 
 def join_part(study: Study, run: Command, reported: Path, section: str) -> Path:
     """A study too long for one sitting, made a few seeds at a time (--part): this part's runs (the
-    report's copy, reported/runs) join the runs the section keeps, replacing a run of the same
-    task, config and seed, and are reported together; returns that report's folder, whose runs
-    keep_data then keeps. Only the study's folder is written until then, so a part that fails
-    leaves the kept runs as they were. Each run's minutes are its own sessions', so the parts'
-    idle time between sittings is not counted (report_data.StudyFacts.minutes)."""
+    copy `report --data-only` made, reported/runs) join the runs the section keeps, replacing a run
+    of the same task, config and seed, and are reported together; returns that report's folder,
+    whose runs keep_data then keeps. Only the study's folder is written until then, so a part that
+    fails leaves the kept runs as they were. Each run's minutes are its own sessions', so the
+    parts' idle time between sittings is not counted (report_data.StudyFacts.minutes)."""
     joined = study.out / f"{section}-joined"
     shutil.rmtree(joined, ignore_errors=True)
     kept = RESULTS_DATA / section
