@@ -246,7 +246,8 @@ def from_data(study: Study, kept: Path, run: Command, write: WriteSection | None
     from their data alone (`primal-dt report --data-only`'s copy, unpacked into kept,
     results-data/<section>): its report, figures and text, as run_study makes a section. Runs
     stopped before their final evaluation (a device call's time ran out) are refused: a section
-    scores final evaluations."""
+    scores final evaluations. The page's first screens are written too where kept is the clone's
+    results-data/<section>."""
     stopped = [s.name for s in collect(kept, spectra=False) if s.final is None]
     if stopped:
         raise SystemExit(
@@ -269,7 +270,10 @@ def from_data(study: Study, kept: Path, run: Command, write: WriteSection | None
     text = f"{head}\n\n{section_text(data, _linker(reported, section, study.write_docs))}"
     if write is not None:
         write(section, text)
-        write_page_wide(write)
+        # The first screens read the kept sections: data read from elsewhere (gpu_study.sh --take
+        # unpacks it apart) is not among them until kept, then `results.py --refresh` writes them.
+        if kept.resolve() == (RESULTS_DATA / section).resolve():
+            write_page_wide(write)
     return text
 
 
