@@ -179,14 +179,7 @@ def rollout(
         assert isinstance(space, gym.spaces.Box), "the policy's tanh head acts in a box"
         low, high = space.low, space.high
         while (job_of >= 0).any():
-            observation = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            state = (observation - policy.state_mean) / policy.state_std
-            timesteps, mask = windows.push(state, remaining)
-            with autocast(policy.precision, device):
-                action = policy.act(
-                    windows.states, windows.actions, windows.rtg, timesteps, mask
-                ).float()
-            windows.actions[:, -1] = action
+            action = act(policy, windows, obs, remaining)
             obs, reward, terminated, truncated, _ = envs.step(
                 np.clip(action.cpu().numpy(), low, high)
             )
@@ -200,16 +193,43 @@ def rollout(
             done = terminated | truncated
             if not done.any():
                 continue
-            seeds: list[int | None] = [None] * slots
-            for slot in np.flatnonzero(done):
-                job_of[slot] = next_job if next_job < len(jobs) else -1
-                if job_of[slot] >= 0:
-                    seeds[slot] = jobs[next_job].seed
-                    remaining[slot] = jobs[next_job].target / scale
-                    next_job += 1
+            seeds, next_job = next_jobs(done, job_of, next_job, jobs, remaining, scale)
             obs, _ = envs.reset(seed=seeds, options={"reset_mask": done})
             windows.clear(torch.as_tensor(done, device=device))
     return returns, lengths
+
+
+def act(policy: Policy, windows: Windows, obs: np.ndarray, remaining: torch.Tensor) -> torch.Tensor:
+    """Every slot's action: this observation, normalised, and the return still to go pushed into
+    its window, then one batched model call; the action is written into the window's last step."""
+    observation = torch.as_tensor(obs, dtype=torch.float32, device=policy.device)
+    state = (observation - policy.state_mean) / policy.state_std
+    timesteps, mask = windows.push(state, remaining)
+    with autocast(policy.precision, policy.device):
+        action = policy.act(windows.states, windows.actions, windows.rtg, timesteps, mask).float()
+    windows.actions[:, -1] = action
+    return action
+
+
+def next_jobs(
+    done: np.ndarray,
+    job_of: np.ndarray,
+    next_job: int,
+    jobs: list[Job],
+    remaining: torch.Tensor,
+    scale: float,
+) -> tuple[list[int | None], int]:
+    """Each slot whose episode ended takes the next job in order (job_of, and its target as the
+    return to go in remaining, both set in place), or none (-1) when all have started; returns the
+    seeds to reset the slots with (None: not reset, or no job) and the next job not yet started."""
+    seeds: list[int | None] = [None] * len(job_of)
+    for slot in np.flatnonzero(done):
+        job_of[slot] = next_job if next_job < len(jobs) else -1
+        if job_of[slot] >= 0:
+            seeds[slot] = jobs[next_job].seed
+            remaining[slot] = jobs[next_job].target / scale
+            next_job += 1
+    return seeds, next_job
 
 
 def first_frame(envs: gym.vector.VectorEnv) -> np.ndarray:
