@@ -293,7 +293,7 @@ def measure_point(point: dict[str, Any]) -> dict[str, Any]:
     return measure_speed(point) if point["measure"] == "speed" else measure_memory(point)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--point", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu")
@@ -311,17 +311,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tiny", action="store_true", help="a tiny model instead (dry runs)")
     parser.add_argument("--write-docs", action="store_true")
-    return parser
-
-
-def bench_tables(device: torch.device, steps: int, batch: int, rounds: int) -> dict[str, Table]:
-    """The three tables this benchmark fills: training speed, precision, and the cut tokens."""
+    args = parser.parse_args()
+    if args.point:
+        print(json.dumps(measure_point(json.loads(args.point))))
+        return
+    quiet_waits()  # the command's OpenMP waits, for the processes that time
+    device = torch.device(args.device)
+    steps = args.steps or (2000 if device.type == "cuda" else 100)
+    batch = 8 if args.tiny else 64
     where = f"{device_name(device)}, torch {torch.__version__}"
-    return {
+    tables = {
         "train": Table(
             f"bench_train_{device.type}",
             f"Training steps per second (batch {batch}, K 20, {steps} timed steps each, in "
-            f"{rounds} alternating rounds) and peak memory (above the resident model and "
+            f"{args.rounds} alternating rounds) and peak memory (above the resident model and "
             f"data"
             + ("; process peak resident size on CPU" if device.type == "cpu" else "")
             + f") on {where}:",
@@ -348,17 +351,6 @@ def bench_tables(device: torch.device, steps: int, batch: int, rounds: int) -> d
             "token | steps/s, trained | speed-up |\n|---|---|---:|---:|---:|---:|---:|---:|",
         ),
     }
-
-
-def main() -> None:
-    args = build_parser().parse_args()
-    if args.point:
-        print(json.dumps(measure_point(json.loads(args.point))))
-        return
-    quiet_waits()  # the command's OpenMP waits, for the processes that time
-    device = torch.device(args.device)
-    steps = args.steps or (2000 if device.type == "cuda" else 100)
-    tables = bench_tables(device, steps, 8 if args.tiny else 64, args.rounds)
     precisions = PRECISIONS[device.type]
     sizes = (TINY_SIZES if args.tiny else SIZES).items()
     # Eager at every size first, then compiled (slow to compile): what is cut short comes last.
