@@ -81,7 +81,7 @@ train() {  # TASK DEVICE OUT [SET...]: remake, sweep, and the runs' data as OUT/
 
 take() {  # ARCHIVE [DATA]: its section written from it, then its data kept in DATA (results-data)
     local archive=$1 data=${2:-results-data} section unpacked
-    section=$(tar -tzf "$archive" | head -1 | cut -d/ -f1)
+    section=$(tar -tzf "$archive" | sed -n 1p | cut -d/ -f1)  # sed reads all: no SIGPIPE under pipefail
     if [[ $section != results-budget-* ]]; then
         echo "gpu_study.sh: $archive holds $section, not a results-budget-<env> section" >&2
         exit 2
