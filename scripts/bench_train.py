@@ -33,9 +33,9 @@ import dataclasses
 import functools
 import json
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,9 +47,8 @@ from bench_common import (
     reset_peak_memory,
     time_alternately,
 )
+from bench_flops import matrix_product_rate, step_flops
 from doc_tables import publish, publish_so_far
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
 
 from primal_dt.common.config import COMPILE_MODES
 from primal_dt.common.cpu import quiet_waits
@@ -149,76 +148,6 @@ def make_trainer(
     return trainer
 
 
-def step_flops(trainer: Trainer) -> int:
-    """Floating-point operations of one training step (forward and backward), as torch counts."""
-    batch = trainer.sampler.sample(trainer.config.train.batch_size)
-    with FlopCounterMode(display=False) as counter:
-        trainer.train_step(batch)
-    return counter.get_total_flops()
-
-
-MATRIX_PRODUCTS = {
-    torch.ops.aten.mm.default,
-    torch.ops.aten.addmm.default,
-    torch.ops.aten.bmm.default,
-    torch.ops.aten.baddbmm.default,
-}
-
-
-class TensorSpec(NamedTuple):
-    shape: torch.Size
-    stride: tuple[int, ...]
-    dtype: torch.dtype
-
-
-class MatrixProductRecorder(TorchDispatchMode):
-    """The matrix products an operation calls: each op with its arguments, tensors as their
-    shapes, strides and dtypes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[tuple[Any, list[Any]]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in MATRIX_PRODUCTS:
-            spec = [
-                TensorSpec(a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
-                for a in args
-            ]
-            self.calls.append((func, spec))
-        return func(*args, **(kwargs or {}))
-
-
-def matrix_product_rate(trainer: Trainer, repeats: int = 20) -> float:
-    """GFLOP/s of one training step's matrix products alone: each replayed `repeats` times on
-    random tensors of its shapes, strides and dtype (so what the hardware does at those shapes)."""
-    with MatrixProductRecorder() as recorder:
-        trainer.train_step(trainer.sampler.sample(trainer.config.train.batch_size))
-
-    def tensor(spec: TensorSpec) -> torch.Tensor:
-        """Random values laid out as the recorded tensor, broadcast (stride 0) ones included."""
-        size, stride = spec[:2]
-        storage = 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True) if n > 0)
-        values = torch.randn(storage, dtype=spec.dtype, device=trainer.device)
-        return values.as_strided(size, stride)
-
-    replays = [
-        (func, [tensor(a) if isinstance(a, TensorSpec) else a for a in spec])
-        for func, spec in recorder.calls
-    ]
-    with FlopCounterMode(display=False) as counter:
-        for func, args in replays:
-            func(*args)
-    for func, args in replays:  # warm-up
-        func(*args)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        for func, args in replays:
-            func(*args)
-    seconds = (time.perf_counter() - start) / repeats
-    return counter.get_total_flops() / seconds / 1e9
-
-
 def run_steps(trainer: Trainer, steps: int) -> None:
     batch_size = trainer.config.train.batch_size
     for _ in range(steps):
@@ -249,7 +178,7 @@ def measure_speed(point: dict[str, Any]) -> dict[str, Any]:
         warmup_peak = {
             name: warm_up(trainer, point["warmup"]) for name, trainer in trainers.items()
         }
-        runs = {
+        runs: dict[str, Callable[[], None]] = {
             name: functools.partial(run_steps, trainer, per_round)
             for name, trainer in trainers.items()
         }
@@ -293,7 +222,7 @@ def measure_point(point: dict[str, Any]) -> dict[str, Any]:
     return measure_speed(point) if point["measure"] == "speed" else measure_memory(point)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--point", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu")
@@ -311,20 +240,17 @@ def main() -> None:
     )
     parser.add_argument("--tiny", action="store_true", help="a tiny model instead (dry runs)")
     parser.add_argument("--write-docs", action="store_true")
-    args = parser.parse_args()
-    if args.point:
-        print(json.dumps(measure_point(json.loads(args.point))))
-        return
-    quiet_waits()  # the command's OpenMP waits, for the processes that time
-    device = torch.device(args.device)
-    steps = args.steps or (2000 if device.type == "cuda" else 100)
-    batch = 8 if args.tiny else 64
+    return parser
+
+
+def bench_tables(device: torch.device, batch: int, steps: int, rounds: int) -> dict[str, Table]:
+    """The three tables of a run, captioned with what it measures and where."""
     where = f"{device_name(device)}, torch {torch.__version__}"
-    tables = {
+    return {
         "train": Table(
             f"bench_train_{device.type}",
             f"Training steps per second (batch {batch}, K 20, {steps} timed steps each, in "
-            f"{args.rounds} alternating rounds) and peak memory (above the resident model and "
+            f"{rounds} alternating rounds) and peak memory (above the resident model and "
             f"data"
             + ("; process peak resident size on CPU" if device.type == "cpu" else "")
             + f") on {where}:",
@@ -351,6 +277,18 @@ def main() -> None:
             "token | steps/s, trained | speed-up |\n|---|---|---:|---:|---:|---:|---:|---:|",
         ),
     }
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    if args.point:
+        print(json.dumps(measure_point(json.loads(args.point))))
+        return
+    quiet_waits()  # the command's OpenMP waits, for the processes that time
+    device = torch.device(args.device)
+    steps = args.steps or (2000 if device.type == "cuda" else 100)
+    batch = 8 if args.tiny else 64
+    tables = bench_tables(device, batch, steps, args.rounds)
     precisions = PRECISIONS[device.type]
     sizes = (TINY_SIZES if args.tiny else SIZES).items()
     # Eager at every size first, then compiled (slow to compile): what is cut short comes last.
