@@ -40,6 +40,7 @@ from primal_dt.tools.report_data import (
     ReportData,
     ReportSection,
     StudyFacts,
+    TaskScores,
     study_facts,
     write_report_data,
 )
@@ -495,6 +496,26 @@ def test_combine_reports_the_tasks_sections_runs_together_and_keeps_what_is_over
     assert "### Paired differences over tasks, over the last quarter\n\n- late" in kept
     assert f"![g]({out / 'results-replay-report' / 'g.png'})" in kept
     assert "once" not in kept and "spectra" not in kept
+
+
+def test_from_data_refuses_runs_stopped_before_their_final_evaluation(tmp_path: Path) -> None:
+    """A device call whose time ran out leaves runs with no final evaluation: --from-data names
+    each such run and writes no section, since a section scores final evaluations."""
+    kept = tmp_path / "results-s"
+    written: dict[str, str] = {}
+
+    def command(*args: str, env: dict[str, str]) -> str:
+        scores = [TaskScores("t", "a", [0, 1], [50.0, None], True)]
+        data = ReportData([args[1]], 2, None, FACTS, scores=scores)
+        report_json(Path(args[args.index("--out") + 1]), data)
+        return ""
+
+    study = Study(tmp_path / "out", ["t"])
+    with pytest.raises(
+        SystemExit, match=f"1 runs in {re.escape(str(kept))} have no final .*: a-s1 on t;"
+    ):
+        study_module.from_data(study, kept, command, written.__setitem__)
+    assert written == {}
 
 
 def test_combining_the_medium_tasks_writes_the_pages_first_paragraph(

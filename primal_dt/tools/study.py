@@ -38,7 +38,6 @@ from primal_dt.tools.results_table import (
     glance_figure,
     readme_summary,
 )
-from primal_dt.tools.runs import collect
 from primal_dt.tools.study_configs import bc_config, init_config, matched_config
 from primal_dt.tools.study_datasets import (
     RECORDED,
@@ -248,17 +247,22 @@ def from_data(study: Study, kept: Path, run: Command, write: WriteSection | None
     stopped before their final evaluation (a device call's time ran out) are refused: a section
     scores final evaluations. The page's first screens are written too where kept is the clone's
     results-data/<section>."""
-    stopped = [s.name for s in collect(kept, spectra=False) if s.final is None]
+    section = kept.name
+    reported = study.out / f"{section}-report"
+    run("report", str(kept), "--out", str(reported), env=study.env)
+    data = read_report_data(reported / "report.json")
+    stopped = [
+        f"{scores.config}-s{seed} on {scores.task}"
+        for scores in data.scores
+        for seed, score in zip(scores.seeds, scores.scores, strict=True)
+        if score is None
+    ]
     if stopped:
         raise SystemExit(
             f"results.py --from-data: {len(stopped)} runs in {kept} have no final evaluation (their "
             f"sweep stopped early): {', '.join(stopped)}; train the task again with fewer SEEDS or "
             f"more time"
         )
-    section = kept.name
-    reported = study.out / f"{section}-report"
-    run("report", str(kept), "--out", str(reported), env=study.env)
-    data = read_report_data(reported / "report.json")
     facts = data.study
     assert facts is not None, "a report of runs knows what they were"
     runs = len(facts.tasks) * len(facts.configs) * len(facts.seeds)
