@@ -23,6 +23,8 @@ different) over seeds, `primal-dt report`, and write its tables and figures into
         # all seven attentions of the paper's table, on one dataset
     python scripts/results.py --compare-init --write-docs
         # matched-primal with each initialisation of We and Wr (model.attention_settings.primal.init), side by side
+        # (these two studies read the runs the matched sections keep of matched-softmax and
+        # matched-primal instead of training them again; --no-reuse trains them)
     python scripts/results.py --paper --tasks halfcheetah-medium,... --device cuda --seeds 0,1,2
         # the papers' own configs at their budget (100k steps): the reproduction, on a GPU
     python scripts/results.py --budget --tasks hopper-medium --device cuda --write-docs
@@ -115,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
         "made a few seeds at a time with the same other flags",
     )
     parser.add_argument(
+        "--reuse",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="in a study of its own (the attentions', the initialisations'), read the runs of a "
+        "config that the matched sections keep with the same settings, tasks and seeds instead "
+        "of training them again (on)",
+    )
+    parser.add_argument(
         "--record-only",
         action="store_true",
         help="record the datasets the study needs, and train nothing",
@@ -174,6 +184,7 @@ def main() -> None:
         section=args.section,
         write_docs=args.write_docs,
         part=args.part,
+        reuse=args.reuse,
     )
     write = write_section if args.write_docs else None
     if args.from_data:

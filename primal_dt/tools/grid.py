@@ -107,7 +107,7 @@ class GridCell:
         return str(run_dir_name(self.task, self.config, self.seed))
 
 
-def _difference(saved: Config, wanted: Config) -> str | None:
+def config_difference(saved: Config, wanted: Config) -> str | None:
     """The first setting (outside MECHANICS) where a saved run's config differs from the sweep's."""
     old_values, new_values = saved.to_dict(), wanted.to_dict()
     for section, values in new_values.items():
@@ -132,7 +132,7 @@ def with_action(cell: GridCell, config: Config | None = None) -> GridCell:
         return replace(cell, action="start")
     snapshot = read_snapshot(cell.run_dir.checkpoint)
     if config is not None:
-        differs = _difference(snapshot.config, config)
+        differs = config_difference(snapshot.config, config)
         if differs is not None:
             raise SweepError(
                 f"{cell.run_dir} holds a run with {differs}; remove that directory or use another "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from primal_dt.method.attention import PRIMAL_INITS
+from primal_dt.common.loading import option_overrides
 from primal_dt.method.registry import ATTENTIONS
 from primal_dt.store.rundir import config_name_of
 from primal_dt.tools.corl import corl_scores
@@ -38,13 +38,14 @@ from primal_dt.tools.results_table import (
     glance_figure,
     readme_summary,
 )
-from primal_dt.tools.study_configs import bc_config, init_config, matched_config
+from primal_dt.tools.study_configs import bc_config, init_configs, matched_config
 from primal_dt.tools.study_datasets import (
     RECORDED,
     dataset_folder,
     make_arguments,
     recording_stages,
 )
+from primal_dt.tools.study_reuse import Reused, gather, reusable, reuse_note
 
 REPOSITORY = Path(__file__).resolve().parents[2]  # a clone's (the docs are not in a wheel)
 FIGURES = REPOSITORY / "scripts" / "figures"
@@ -94,6 +95,7 @@ class Study:
     section: str | None = None  # the docs section (None: the study's own)
     write_docs: bool = False
     part: bool = False  # these seeds' runs join the section's kept runs (join_part)
+    reuse: bool = True  # read the matched sections' kept runs of a config (study_reuse.py)
 
     @property
     def env(self) -> dict[str, str]:
@@ -122,7 +124,7 @@ def comparison(study: Study) -> tuple[str, str, str]:
     """(configs for the sweep, the docs section, what is compared)."""
     out = study.out
     if study.compare_init:
-        inits = ",".join(str(init_config(out, init)) for init in PRIMAL_INITS)
+        inits = ",".join(str(config) for config in init_configs(out))
         return inits, "results-init", "matched-primal with each initialisation"
     if study.paper:
         return "dt,primal-dt", "results-paper", "the papers' DT and Primal.+DT configs"
@@ -170,19 +172,26 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
         check_part(study.tasks, configs, section)
     settings = [f"eval.final_episodes={study.episodes}"] if study.episodes is not None else []
     steps = ["--steps", str(study.steps)] if study.steps else []
+    reused = _reused(study, configs, section, settings)
+    trained = [c for c in configs.split(",") if Path(c).stem not in {r.config for r in reused}]
     # Each section's runs and report apart: the report covers every run below its folder.
     runs, reported = study.out / f"{section}-runs", study.out / f"{section}-report"
-    run(
-        *("sweep", "--tasks", ",".join(study.tasks), "--seeds", study.seeds),
-        *("--configs", configs, "--runs-dir", str(runs), *steps, "--device", study.device),
-        *("--parallel", str(study.parallel), "--offline"),
-        *[a for s in settings for a in ("--set", s)],
-        env=study.env,
-    )
+    if trained:
+        run(
+            *("sweep", "--tasks", ",".join(study.tasks), "--seeds", study.seeds),
+            *("--configs", ",".join(trained), "--runs-dir", str(runs), *steps),
+            *("--device", study.device, "--parallel", str(study.parallel), "--offline"),
+            *[a for s in settings for a in ("--set", s)],
+            env=study.env,
+        )
+    folders = [runs] if trained else []
+    if reused:
+        folders.append(gather(reused, study.out / f"{section}-reused"))
+        compared += reuse_note(reused)
     joining = study.part and write is not None
     # A part's own runs need only their data's copy: the report is of the joined runs (join_part).
     only = ["--data-only"] if joining else []
-    run("report", str(runs), "--out", str(reported), *only, env=study.env)
+    run("report", *map(str, folders), "--out", str(reported), *only, env=study.env)
     if joining:
         reported = join_part(study, run, reported, section)
     data = read_report_data(reported / "report.json")
@@ -197,6 +206,18 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
             write("results-first", first_paragraph(data, corl_scores()))
         write_page_wide(write)
     return text
+
+
+def _reused(study: Study, configs: str, section: str, settings: list[str]) -> list[Reused]:
+    """The study's configs whose runs the matched sections keep (study_reuse.py), for a study of
+    its own (the attentions', the initialisations'): a matched section is made by training, and
+    making it again is what its command asks."""
+    if not study.reuse or section in _section_names([*SECTIONS.values(), BUDGET_SECTION]):
+        return []
+    overrides = [*settings, *option_overrides(steps=study.steps, device=study.device, offline=True)]
+    seeds = [int(seed) for seed in study.seeds.split(",")]
+    paths = [Path(config) for config in configs.split(",")]
+    return reusable(paths, study.tasks, seeds, matched_sections(), overrides)
 
 
 def check_part(tasks: Sequence[str], configs: str, section: str) -> None:
@@ -343,10 +364,14 @@ def kept_sections() -> list[Path]:
     return sorted(p for p in RESULTS_DATA.iterdir() if p.is_dir()) if RESULTS_DATA.is_dir() else []
 
 
+def _section_names(sections: Sequence[str]) -> set[str]:
+    """sections' names, whole or a task made apart (<that>-<env>)."""
+    return {*sections} | {f"{s}-{env}" for s in sections for env in RECORDED}
+
+
 def _kept_as(sections: Sequence[str]) -> list[Path]:
     """The kept sections named one of sections, whole or a task made apart (<that>-<env>)."""
-    names = {*sections} | {f"{s}-{env}" for s in sections for env in RECORDED}
-    return [p for p in kept_sections() if p.name in names]
+    return [p for p in kept_sections() if p.name in _section_names(sections)]
 
 
 def matched_sections() -> list[Path]:

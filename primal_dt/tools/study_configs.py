@@ -1,9 +1,9 @@
 """The configs of the repository's studies (scripts/results.py), made from configs/matched.toml as
 TOML data: each attention in its last block (matched-<kind>), behaviour cloning (matched-bc), and
-Primal's initialisations (matched-primal-<init>-init). Each is a config of its own name, so that
-the report sets them side by side, and each differs from matched-softmax in one thing only. At the
-papers' budget (papers_budget.toml over matched.toml's settings, for scripts/gpu_study.sh) they keep
-their names, in a folder of their own.
+Primal's initialisations (matched-primal-<init>-init, and matched-primal itself for matched.toml's
+own). Each is a config of its own name, so that the report sets them side by side, and each
+differs from matched-softmax in one thing only. At the papers' budget (papers_budget.toml over
+matched.toml's settings, for scripts/gpu_study.sh) they keep their names, in a folder of their own.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from primal_dt.common.loading import named_config_path
+from primal_dt.method.attention import PRIMAL_INITS
 
 PAPERS_BUDGET = Path(__file__).with_name("papers_budget.toml")
 
@@ -54,6 +55,17 @@ def bc_config(out: Path, budget: bool = False) -> Path:
     settings = _matched("softmax", budget)
     settings["model"]["return_conditioning"] = False
     return _write(out, "matched-bc", settings, budget)
+
+
+def init_configs(out: Path) -> list[Path]:
+    """The initialisations' study's configs, one per initialisation (PRIMAL_INITS): matched-primal
+    itself for configs/matched.toml's own, so that its runs are the matched study's
+    (study_reuse.py), and matched-primal-<init>-init for each other."""
+    own = _matched("primal")["model"]["attention_settings"]["primal"]["init"]
+    return [
+        matched_config(out, "primal") if init == own else init_config(out, init)
+        for init in PRIMAL_INITS
+    ]
 
 
 def init_config(out: Path, init: str) -> Path:
