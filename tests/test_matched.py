@@ -496,6 +496,10 @@ def test_combine_reports_the_tasks_sections_runs_together_and_keeps_what_is_over
     assert "### Paired differences over tasks, over the last quarter\n\n- late" in kept
     assert f"![g]({out / 'results-replay-report' / 'g.png'})" in kept
     assert "once" not in kept and "spectra" not in kept
+    for name in RECORDED:  # a study of its own made a task at a time names its section
+        (tmp_path / "results-data" / f"results-init-{name}").mkdir(parents=True)
+    text = combine(Study(out, recorded_tasks("medium"), section="results-init"), command)
+    assert "`python scripts/results.py --combine --section results-init` (results-init)" in text
 
 
 def test_from_data_refuses_runs_stopped_before_their_final_evaluation(tmp_path: Path) -> None:

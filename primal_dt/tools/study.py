@@ -349,8 +349,9 @@ def _combined_line(study: Study, section: str, data: ReportData) -> str:
     assert data.study is not None, "a report of runs knows what they were"
     facts, tasks = data.study, study.tasks
     names = ", ".join(part.name for part in combined_parts(section, tasks))
+    named = "" if section == SECTIONS[study.quality] else f" --section {section}"
     return (
-        f"Made by `{COMMAND}{QUALITY_FLAG.get(study.quality, '')} --combine` ({section}) on "
+        f"Made by `{COMMAND}{QUALITY_FLAG.get(study.quality, '')} --combine{named}` ({section}) on "
         f"{date.today()}, from the runs of the sections made apart below ({names}), read together; "
         f"on {machines(facts)}, trained in {precisions(facts)}: {plural(len(tasks), 'task')} "
         f"({', '.join(tasks)}) x {', '.join(facts.configs)} x {len(facts.seeds)} seeds. Here, "
