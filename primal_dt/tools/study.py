@@ -187,7 +187,6 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
     folders = [runs] if trained else []
     if reused:
         folders.append(gather(reused, study.out / f"{section}-reused"))
-        compared += reuse_note(reused)
     joining = study.part and write is not None
     # A part's own runs need only their data's copy: the report is of the joined runs (join_part).
     only = ["--data-only"] if joining else []
@@ -198,6 +197,7 @@ def run_study(study: Study, run: Command, write: WriteSection | None = None) -> 
     assert data.study is not None, "a report of runs knows what they were"
     link = _linker(reported, section, study.write_docs)
     head = study_line(COMMAND, section, data.study, compared, len(data.study.seeds))
+    head += reuse_note(reused)
     text = f"{head}\n\n{section_text(data, link)}"
     if write is not None:
         keep_data(reported, section)

@@ -5,7 +5,9 @@ The seven attentions' study has matched-softmax and matched-primal on halfcheeta
 initialisations' study has matched-primal (the configs' own initialisation) on the three medium
 datasets: the matched study has trained them already, seed for seed. Trained again with the same
 settings on the same kind of machine they give the same bits (the page's initialisation paragraph
-checked it), so the study reads them from what the matched sections keep, which saves two of the
+checked it; so did matched-primal's seed 0 on halfcheetah-medium, trained again on a fresh machine
+from a dataset recorded again, whose logged losses and gradient norms were the kept run's to the
+bit for the 5,000 steps it ran), so the study reads them from what the matched sections keep, which saves two of the
 attentions' seven configs and one of the initialisations' two. A config is taken only where every
 task and seed of the study has such a run, finished (its final evaluation recorded), and with the
 same settings as the run the sweep would start (grid.config_difference: the settings that make a
@@ -98,9 +100,11 @@ def gather(reused: Sequence[Reused], folder: Path) -> Path:
 
 
 def reuse_note(reused: Sequence[Reused]) -> str:
-    """What the section's first line adds: whose runs were read, not trained, and from where."""
+    """What the section's first line adds: whose runs were read, not trained, and from where (the
+    line's minutes count their own training, when the matched sections made them)."""
     return "".join(
-        f"; {config.config}'s runs are those results-data/{', '.join(config.sections)} keeps "
-        f"(the same settings, tasks and seeds), read, not trained again"
+        f" {config.config}'s runs are those results-data/{', '.join(config.sections)} keeps (the "
+        f"same settings, tasks and seeds): read, not trained again; the minutes of training count "
+        f"theirs too, from when those sections made them."
         for config in reused
     )
