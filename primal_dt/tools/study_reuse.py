@@ -7,12 +7,12 @@ datasets: the matched study has trained them already, seed for seed. Trained aga
 settings on the same kind of machine they give the same bits (the page's initialisation paragraph
 checked it; so did matched-primal's seed 0 on halfcheetah-medium, trained again on a fresh machine
 from a dataset recorded again, whose logged losses and gradient norms were the kept run's to the
-bit for the 5,000 steps it ran), so the study reads them from what the matched sections keep, which saves two of the
-attentions' seven configs and one of the initialisations' two. A config is taken only where every
-task and seed of the study has such a run, finished (its final evaluation recorded), and with the
-same settings as the run the sweep would start (grid.config_difference: the settings that make a
-result, not how it is logged or checkpointed); else it is trained, so that a study is never a mix
-of one config's kept and new runs. `--no-reuse` trains everything.
+bit for the 5,000 steps it ran), so the study reads them from what the matched sections keep,
+which saves two of the attentions' seven configs and one of the initialisations' two. A config is
+taken only where every task and seed of the study has such a run, finished (its final evaluation
+recorded), and with the same settings as the run the sweep would start (grid.config_difference:
+the settings that make a result, not how it is logged or checkpointed); else it is trained, so
+that a study is never a mix of one config's kept and new runs. `--no-reuse` trains everything.
 """
 
 from __future__ import annotations
